@@ -1,0 +1,48 @@
+"""``python -m assignor FILE|-``: assign one scenario (shared/spec/scenario.md) and print it.
+
+Exit 0 with the assignment on standard output; exit 2 with one line naming the offending
+field on standard error for invalid input. ``--explain`` adds the assignor's reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from assignor import solve
+from assignor.model import InvalidInput
+from assignor.scenario import parse_problem_text, result_to_document
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m assignor", description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", help="scenario JSON file, or - for standard input")
+    parser.add_argument("--explain", action="store_true", help="add reasons and the rack-awareness report")
+    parser.add_argument("--indent", type=int, default=None, help="pretty-print with this indent")
+    args = parser.parse_args(argv)
+    try:
+        if args.scenario == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.scenario, encoding="utf-8") as handle:
+                text = handle.read()
+    except OSError as error:
+        print(f"error: scenario: cannot read {args.scenario}: {error.strerror}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError:
+        print("error: scenario: not UTF-8 text", file=sys.stderr)
+        return 2
+    try:
+        problem = parse_problem_text(text)
+    except InvalidInput as error:
+        print(f"error: {error.field}: {error.message}", file=sys.stderr)
+        return 2
+    result = solve(problem)
+    json.dump(result_to_document(result, explain=args.explain), sys.stdout, indent=args.indent)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

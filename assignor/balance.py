@@ -1,0 +1,71 @@
+"""What "balanced" means (KIP-441 "Defining balance", made precise in scenario.md "Balance").
+
+Load is tasks per thread. A set of counts is balanced within ``balance_factor`` b when for
+every pair of clients s, d with load(s) > load(d), moving b tasks from s to d would not leave
+s at or above d: (n_s - b) / t_s < (n_d + b) / t_d. With equal threads this is "most minus
+fewest <= b". Quotas are the per-client windows the assignor fills to get there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+
+def is_balanced(counts: Mapping[str, int], threads: Mapping[str, int], balance_factor: int) -> bool:
+    """The pairwise rule of scenario.md "Balance", checked in O(n) on its extreme pair.
+
+    (n_s - b)/t_s < (n_d + b)/t_d must hold for every s, d; it suffices to check the client
+    with the largest (n - b)/t against the one with the smallest (n + b)/t, unless they are
+    the same client (then the rule never compares a client with itself: check the runners-up).
+    """
+    if len(counts) < 2:
+        return True
+    b = balance_factor
+    high = sorted(((Fraction(counts[c] - b, threads[c]), c) for c in counts), reverse=True)
+    low = sorted((Fraction(counts[c] + b, threads[c]), c) for c in counts)
+    for hi_value, hi_client in high[:2]:
+        for lo_value, lo_client in low[:2]:
+            if hi_client == lo_client:
+                continue
+            load_s = Fraction(counts[hi_client], threads[hi_client])
+            load_d = Fraction(counts[lo_client], threads[lo_client])
+            if load_s > load_d and not hi_value < lo_value:
+                return False
+    return True
+
+
+def imbalance(counts: Mapping[str, int], threads: Mapping[str, int]) -> float:
+    """Spread of load, max minus min tasks per thread: a metric for reports, not a rule."""
+    if not counts:
+        return 0.0
+    loads = [counts[c] / threads[c] for c in counts]
+    return max(loads) - min(loads)
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """How many items a client should get: at least ``floor``, at most ``ceiling``."""
+
+    floor: int
+    ceiling: int
+
+
+def quotas(total: int, threads: Mapping[str, int], *, limit: int | None = None) -> dict[str, Quota]:
+    """Per-client windows [floor(share), ceil(share)] of ``total`` items by thread share.
+
+    Any counts inside these windows are balanced with balance_factor 1 (scenario.md):
+    (n_s - 1)/t_s <= total/T < (n_d + 1)/t_d. ``limit`` caps every client (a client can hold
+    at most one replica of each task), which can only matter when there are few tasks.
+    """
+    capacity = sum(threads.values())
+    result = {}
+    for client, t in threads.items():
+        share = Fraction(total * t, capacity) if capacity else Fraction(0)
+        floor = share.numerator // share.denominator
+        ceiling = floor if share.denominator == 1 else floor + 1
+        if limit is not None:
+            floor, ceiling = min(floor, limit), min(ceiling, limit)
+        result[client] = Quota(floor, ceiling)
+    return result

@@ -1,0 +1,93 @@
+"""A thin builder over OR-Tools' min-cost-flow solver, loading arcs in bulk.
+
+Every optimisation in the assignor (balanced targets, KIP-925 rack-aware placement) is a
+min-cost flow. Arcs are collected in Python lists and handed to the solver as numpy arrays
+in one call: adding them one by one costs as much as the solve on large groups
+(docs/dependencies.md, environment facts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ortools.graph.python import min_cost_flow
+
+
+class FlowError(RuntimeError):
+    """The solver found no feasible flow; a bug in how a graph was built, not bad input."""
+
+
+class FlowGraph:
+    def __init__(self) -> None:
+        self._tails: list[int] = []
+        self._heads: list[int] = []
+        self._capacities: list[int] = []
+        self._costs: list[int] = []
+        self._supplies: dict[int, int] = {}
+        self._node_count = 0
+        self._flows: np.ndarray | None = None
+        self.optimal_cost: int | None = None
+
+    def node(self) -> int:
+        self._node_count += 1
+        return self._node_count - 1
+
+    def nodes(self, count: int) -> range:
+        start = self._node_count
+        self._node_count += count
+        return range(start, start + count)
+
+    def supply(self, node: int, amount: int) -> None:
+        """Positive amounts enter the network at ``node``, negative ones leave it."""
+        self._supplies[node] = self._supplies.get(node, 0) + amount
+
+    def arc(self, tail: int, head: int, capacity: int, cost: int) -> int:
+        self._tails.append(tail)
+        self._heads.append(head)
+        self._capacities.append(capacity)
+        self._costs.append(cost)
+        return len(self._tails) - 1
+
+    def arcs(self, tails, heads, capacities, costs) -> range:
+        """Add many arcs at once; any argument may be a scalar broadcast to the others' length."""
+        arrays = np.broadcast_arrays(
+            np.asarray(tails, dtype=np.int64),
+            np.asarray(heads, dtype=np.int64),
+            np.asarray(capacities, dtype=np.int64),
+            np.asarray(costs, dtype=np.int64),
+        )
+        start = len(self._tails)
+        self._tails.extend(arrays[0].tolist())
+        self._heads.extend(arrays[1].tolist())
+        self._capacities.extend(arrays[2].tolist())
+        self._costs.extend(arrays[3].tolist())
+        return range(start, len(self._tails))
+
+    def solve(self) -> int:
+        solver = min_cost_flow.SimpleMinCostFlow()
+        if self._tails:
+            solver.add_arcs_with_capacity_and_unit_cost(
+                np.asarray(self._tails, dtype=np.int32),
+                np.asarray(self._heads, dtype=np.int32),
+                np.asarray(self._capacities, dtype=np.int64),
+                np.asarray(self._costs, dtype=np.int64),
+            )
+        if self._supplies:
+            nodes = np.fromiter(self._supplies.keys(), dtype=np.int32)
+            amounts = np.fromiter(self._supplies.values(), dtype=np.int64)
+            solver.set_nodes_supplies(nodes, amounts)
+        status = solver.solve()
+        if status != solver.OPTIMAL:
+            raise FlowError(f"min-cost flow not solved: status {status}")
+        self._flows = solver.flows(np.arange(len(self._tails), dtype=np.int32)) if self._tails else np.zeros(0)
+        self.optimal_cost = int(solver.optimal_cost())
+        return self.optimal_cost
+
+    def flow(self, arc: int) -> int:
+        if self._flows is None:
+            raise FlowError("solve() first")
+        return int(self._flows[arc])
+
+    def flows(self, arcs: range) -> np.ndarray:
+        if self._flows is None:
+            raise FlowError("solve() first")
+        return self._flows[arcs.start : arcs.stop]

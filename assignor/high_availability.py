@@ -1,0 +1,292 @@
+"""The KIP-441 high-availability assignor.
+
+KIP-441 "Proposed Assignment/Rebalance Algorithm": assign active tasks only to instances that
+can begin processing them immediately (or, failing any, to the closest one), and plan task
+movements as extra replicas that warm up until a later probing rebalance can complete them.
+
+The assignor works in three steps:
+1. the balanced, sticky, lag-preferring *target* (``assignor.target``), shaped by KIP-925 rack
+   awareness when configured (``assignor.rack_aware``);
+2. the *placement*: per task, the target where the target client is ready, otherwise the most
+   caught-up client keeps the work and the target client warms up;
+3. the warm-up budget (``max_warmup_replicas``) and the probing decision.
+
+Improvements over Kafka's assignor that the KIP allows: a caught-up standby is promoted by a
+swap without spending a warm-up; a standby that is already restoring is the warm-up for the
+move it enables; the target keeps previous owners wherever balance allows, so only the
+tasks balance needs are ever moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from assignor import rack_aware
+from assignor.balance import is_balanced
+from assignor.model import (
+    AssignmentConfig,
+    AssignmentResult,
+    ClientAssignment,
+    ClientState,
+    RackAwareReport,
+    Reason,
+    ReasonCode,
+    Role,
+    TaskId,
+    TaskSpec,
+)
+from assignor.ranking import Ranking, rank_clients
+from assignor.target import CostModel, Group, active_target, standby_target
+
+
+@dataclass(slots=True)
+class _Placement:
+    """The private, mutable builder of one result; it never escapes ``assign``."""
+
+    active: dict[TaskId, str] = field(default_factory=dict)
+    standbys: dict[TaskId, list[str]] = field(default_factory=dict)
+    warmups: dict[TaskId, list[str]] = field(default_factory=dict)
+    reasons: list[Reason] = field(default_factory=list)
+    probing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _WarmupRequest:
+    """A planned move whose destination must restore first (KIP-441 "moving" task)."""
+
+    task: TaskId
+    client: str
+    for_active: bool
+    rank: int
+
+    def priority(self) -> tuple:
+        # Actives before standbys (they are what balance is about), closest to caught up first
+        # (those finish soonest), then task order: deterministic.
+        return (not self.for_active, self.rank, self.task, self.client)
+
+
+def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig) -> AssignmentResult:
+    group = Group.of(tasks, clients)
+    ranking = rank_clients(tasks, clients, config.acceptable_recovery_lag)
+    settled = settled_assignment(group, ranking, config)
+    if settled is not None:
+        return settled
+
+    costs = CostModel(lag_aware=True)
+    actives = active_target(group, ranking, costs)
+    actives, report = rack_aware.optimize_actives(group, actives, config)
+    standbys = standby_target(group, ranking, costs, actives, config.num_standby_replicas)
+    standbys = rack_aware.optimize_standbys(group, actives, standbys, config)
+
+    placement = _Placement()
+    requests: list[_WarmupRequest] = []
+    for task in group.stateless:
+        placement.active[task] = actives[task]
+        _explain_active(placement, group, task, actives[task], ranking=None)
+    for task in group.stateful:
+        requests.extend(_place_stateful(placement, group, ranking, task, actives[task], standbys.get(task, ())))
+    _grant_warmups(placement, requests, config.max_warmup_replicas)
+    return _result(group, placement, config, report)
+
+
+def _place_stateful(
+    placement: _Placement,
+    group: Group,
+    ranking: Ranking,
+    task: TaskId,
+    target_active: str,
+    target_standbys: Sequence[str],
+) -> list[_WarmupRequest]:
+    """Decide who runs ``task`` now and who restores it, given its target replicas.
+
+    KIP-441 "Assignment Algorithm" property 1: the active is on a most-caught-up client.
+    Property 2: standbys on the next most caught up; a target standby that is not caught up
+    yields to a caught-up client that is not in the target, and warms up instead.
+    """
+    requests: list[_WarmupRequest] = []
+    targets = [target_active, *target_standbys]
+    if ranking.most_caught_up(task, target_active):
+        active = target_active
+    else:
+        active = _most_caught_up(group, ranking, task, prefer=target_standbys)
+        placement.probing = True
+    placement.active[task] = active
+    _explain_active(placement, group, task, active, ranking)
+
+    # The standby slots of the target; when the active runs on a target standby (the swap),
+    # the target active takes over that client's slot and restores there.
+    slots = [target_active if client == active else client for client in target_standbys]
+    deferred: set[str] = set()
+    if active != target_active and active not in target_standbys:
+        lagging = [c for c in target_standbys if not ranking.caught_up(task, c)]
+        if target_active in group.prev_standby_holders.get(task, ()) and lagging:
+            # Already restoring as a standby: it keeps a standby slot as the warm-up of its
+            # own move; the least caught-up target standby waits for a later rebalance.
+            waiting = max(lagging, key=lambda c: (ranking.rank(task, c), c))
+            deferred.add(waiting)
+            slots[slots.index(waiting)] = target_active
+            placement.reasons.append(Reason(task, waiting, Role.STANDBY, ReasonCode.AWAITING_CATCH_UP,
+                                            f"{target_active} restores in this standby slot first"))
+        else:
+            requests.append(_WarmupRequest(task, target_active, True, ranking.rank(task, target_active)))
+    standbys: list[str] = []
+    used = {active, *slots, *deferred}
+    excluded = used | set(targets)
+    for client in slots:
+        moving_active = client == target_active
+        if ranking.caught_up(task, client):
+            standbys.append(client)
+            continue
+        substitute = _caught_up_substitute(group, ranking, task, excluded=excluded)
+        if substitute is None:
+            standbys.append(client)
+            if moving_active:
+                placement.reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.STANDBY_AS_WARMUP,
+                                                f"restoring to take over the active from {active}"))
+            elif client not in group.prev_standby_holders.get(task, ()):
+                placement.reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.REPLICA_ADDED))
+            continue
+        excluded.add(substitute)
+        standbys.append(substitute)
+        placement.probing = True
+        placement.reasons.append(Reason(task, substitute, Role.STANDBY, ReasonCode.AWAITING_CATCH_UP,
+                                        f"keeps the standby until {client} has caught up"))
+        requests.append(_WarmupRequest(task, client, moving_active, ranking.rank(task, client)))
+    placement.standbys[task] = standbys
+    return requests
+
+
+def _most_caught_up(group: Group, ranking: Ranking, task: TaskId, prefer: Sequence[str]) -> str:
+    """Among the most caught-up clients: the previous owner (no needless move), else a target
+    standby (the swap: it runs the task while the target active restores), else any holder."""
+    best = ranking.best[task]
+    owner = group.prev_active_owner.get(task)
+    if owner is not None and ranking.rank(task, owner) == best:
+        return owner
+    for client in sorted(prefer):
+        if ranking.rank(task, client) == best:
+            return client
+    holders = sorted(c for c, rank in ranking.holders[task].items() if rank == best)
+    if holders:
+        return holders[0]
+    return next(c for c in group.clients if ranking.rank(task, c) == best)
+
+
+def _caught_up_substitute(group: Group, ranking: Ranking, task: TaskId, excluded: set[str]) -> str | None:
+    holders = ranking.holders[task]
+    previous = group.prev_standby_holders.get(task, frozenset())
+    candidates = [c for c, rank in holders.items() if rank == 0 and c not in excluded]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: (c not in previous, c != group.prev_active_owner.get(task), c))
+
+
+def _grant_warmups(placement: _Placement, requests: list[_WarmupRequest], budget: int) -> None:
+    """At most ``max_warmup_replicas`` extra replicas in the whole group (KIP-441 "Parameters")."""
+    for index, request in enumerate(sorted(requests, key=_WarmupRequest.priority)):
+        placement.probing = True
+        if index < budget:
+            placement.warmups.setdefault(request.task, []).append(request.client)
+            role = "active" if request.for_active else "a standby"
+            placement.reasons.append(Reason(request.task, request.client, Role.WARMUP, ReasonCode.WARMING_UP,
+                                            f"restoring to take over {role}"))
+        else:
+            placement.reasons.append(Reason(request.task, request.client, Role.WARMUP,
+                                            ReasonCode.WARMUP_BUDGET_EXHAUSTED,
+                                            f"move postponed: {budget} warm-up replicas already in flight"))
+
+
+def _explain_active(placement: _Placement, group: Group, task: TaskId, client: str, ranking: Ranking | None) -> None:
+    owner = group.prev_active_owner.get(task)
+    if owner == client:
+        return
+    if owner is None:
+        code, detail = ReasonCode.NO_PREVIOUS_OWNER, "no current member ran it"
+    elif client in group.prev_standby_holders.get(task, ()):
+        code, detail = ReasonCode.STANDBY_PROMOTED, f"from {owner}"
+    elif ranking is not None and not ranking.most_caught_up(task, owner):
+        code, detail = ReasonCode.MOST_CAUGHT_UP, f"{owner} is not caught up"
+    else:
+        code, detail = ReasonCode.BALANCE, f"from {owner}"
+    placement.reasons.append(Reason(task, client, Role.ACTIVE, code, detail))
+
+
+def _result(group: Group, placement: _Placement, config: AssignmentConfig, report: RackAwareReport) -> AssignmentResult:
+    per_client: dict[str, dict[str, list[TaskId]]] = {c: {"active": [], "standby": [], "warmup": []} for c in group.clients}
+    for task, client in placement.active.items():
+        per_client[client]["active"].append(task)
+    for task, clients in placement.standbys.items():
+        for client in clients:
+            per_client[client]["standby"].append(task)
+    for task, clients in placement.warmups.items():
+        for client in clients:
+            per_client[client]["warmup"].append(task)
+    assignments = {
+        client: ClientAssignment(
+            active=tuple(sorted(roles["active"])),
+            standby=tuple(sorted(roles["standby"])),
+            warmup=tuple(sorted(roles["warmup"])),
+        )
+        for client, roles in per_client.items()
+    }
+    return AssignmentResult(
+        clients=assignments,
+        probing_rebalance_needed=placement.probing,
+        followup_rebalance_ms=config.probing_rebalance_interval_ms if placement.probing else None,
+        reasons=tuple(sorted(placement.reasons, key=lambda r: (r.task, r.role, r.client or ""))),
+        rack_awareness=report,
+    )
+
+
+def settled_assignment(group: Group, ranking: Ranking | None, config: AssignmentConfig) -> AssignmentResult | None:
+    """The previous assignment, unchanged, when it is complete, caught up and balanced.
+
+    KIP-441 "Assignment Algorithm" property 5 (revision: "the algorithm must stabilize"): if
+    the current assignment is already balanced, it must not alter it. ``ranking=None`` skips
+    the caught-up check (the sticky assignor is not lag-aware).
+    """
+    if not group.clients:
+        return None
+    per_task = group.standby_count(config.num_standby_replicas)
+    owners = group.prev_active_owner
+    if len(owners) != len(group.specs):
+        return None
+    active_counts = dict.fromkeys(group.clients, 0)
+    replica_counts = dict.fromkeys(group.clients, 0)
+    for task, owner in owners.items():
+        active_counts[owner] += 1
+        if group.specs[task].stateful:
+            replica_counts[owner] += 1
+            if ranking is not None and ranking.rank(task, owner) != 0:
+                return None
+    for client in group.clients:
+        for task in group.states[client].prev_standby:
+            spec = group.specs.get(task)
+            if spec is None or not spec.stateful or owners.get(task) == client:
+                return None
+            replica_counts[client] += 1
+    for task in group.stateful:
+        if len(group.prev_standby_holders.get(task, ())) != per_task:
+            return None
+    claims = sum(len(group.states[c].prev_active & group.specs.keys()) for c in group.clients)
+    if claims != len(owners):
+        return None
+    if not is_balanced(active_counts, group.threads, config.balance_factor):
+        return None
+    if len(set(group.threads.values())) == 1 and not is_balanced(replica_counts, group.threads, config.balance_factor):
+        return None
+    assignments = {
+        client: ClientAssignment(
+            active=tuple(sorted(t for t in group.states[client].prev_active if t in group.specs)),
+            standby=tuple(sorted(group.states[client].prev_standby)),
+        )
+        for client in group.clients
+    }
+    return AssignmentResult(
+        clients=assignments,
+        probing_rebalance_needed=False,
+        followup_rebalance_ms=None,
+        rack_awareness=RackAwareReport(strategy=config.rack_aware_strategy, enabled=False,
+                                       disabled_reason="assignment already balanced: kept unchanged"),
+    )

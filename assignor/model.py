@@ -1,0 +1,243 @@
+"""The shared domain model: tasks, client snapshots, configuration and results.
+
+Every other package speaks these types. They are frozen value objects, built once at an
+edge (the scenario JSON reader, the gRPC servicer, the simulator) and never mutated, so an
+assignment is a pure function of them (house style: "Domain model").
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+
+class InvalidInput(ValueError):
+    """Input that breaks the contract; ``field`` names the offending field (scenario.md, Input)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TaskId:
+    """A task: one partition of one subtopology. Orders numerically, prints as ``0_1``."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "task id") -> TaskId:
+        if not isinstance(text, str):
+            raise InvalidInput(field_name, f"expected a task id like '0_1', got {text!r}")
+        head, sep, tail = text.partition("_")
+        if not sep or not head.isdigit() or not tail.isdigit() or not head.isascii() or not tail.isascii():
+            raise InvalidInput(field_name, f"expected '<subtopology>_<partition>' of non-negative integers, got {text!r}")
+        return cls(int(head), int(tail))
+
+
+# Special lag values (scenario.md, "lags"). Kafka Streams reports a running, caught-up active
+# as "latest"; "unknown" means the client has state for the task but cannot tell how much.
+LATEST: Final = -1
+UNKNOWN: Final = -2
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    """An input partition of a task and the racks holding a replica of it (KIP-925)."""
+
+    topic: str
+    partition: int
+    racks: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """What the assignor knows of a task.
+
+    ``changelog_offsets`` is the lag of a client with no state for the task; ``None`` on a
+    stateful task means unbounded (KIP-441, Computing the most-caught-up instances: "we can also
+    use max long as a proxy"). A task whose stores are all unlogged has ``changelog_offsets=0``:
+    every client is an equal candidate (KIP-441 revision, State with logging disabled).
+    """
+
+    id: TaskId
+    stateful: bool
+    changelog_offsets: int | None = None
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClientState:
+    """One member's report: capacity, location, what it ran before and how far behind it is.
+
+    ``lags`` maps a task to an offset lag >= 0, ``LATEST`` or ``UNKNOWN``; a stateful task
+    missing from it means the client has no state for it.
+    """
+
+    id: str
+    threads: int = 1
+    rack: str | None = None
+    tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    prev_active: frozenset[TaskId] = frozenset()
+    prev_standby: frozenset[TaskId] = frozenset()
+    lags: Mapping[TaskId, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+class AssignorKind(enum.StrEnum):
+    HIGH_AVAILABILITY = "high_availability"
+    STICKY = "sticky"
+
+
+class RackAwareStrategy(enum.StrEnum):
+    """KIP-925 section 5, ``rack.aware.assignment.strategy``."""
+
+    NONE = "none"
+    MIN_TRAFFIC = "min_traffic"  # KIP-925 4.B.I
+    BALANCE_SUBTOPOLOGY = "balance_subtopology"  # KIP-925 4.B.II
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentConfig:
+    """The assignor's parameters, with the defaults and bounds of KIP-441 "Parameters"."""
+
+    assignor: AssignorKind = AssignorKind.HIGH_AVAILABILITY
+    acceptable_recovery_lag: int = 10_000
+    max_warmup_replicas: int = 2
+    num_standby_replicas: int = 0
+    probing_rebalance_interval_ms: int = 600_000
+    balance_factor: int = 1
+    rack_aware_strategy: RackAwareStrategy = RackAwareStrategy.NONE
+    rack_aware_traffic_cost: int | None = None
+    rack_aware_non_overlap_cost: int | None = None
+    rack_aware_assignment_tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require_int("acceptable_recovery_lag", self.acceptable_recovery_lag, minimum=0)
+        _require_int("max_warmup_replicas", self.max_warmup_replicas, minimum=1)
+        _require_int("num_standby_replicas", self.num_standby_replicas, minimum=0)
+        _require_int("probing_rebalance_interval_ms", self.probing_rebalance_interval_ms, minimum=60_000)
+        _require_int("balance_factor", self.balance_factor, minimum=1)
+        for name in ("rack_aware_traffic_cost", "rack_aware_non_overlap_cost"):
+            value = getattr(self, name)
+            if value is not None:
+                _require_int(name, value, minimum=0)
+        try:
+            object.__setattr__(self, "assignor", AssignorKind(self.assignor))
+        except ValueError:
+            raise InvalidInput(
+                "config.assignor", f"unknown assignor {self.assignor!r}; expected one of "
+                + ", ".join(k.value for k in AssignorKind)
+            ) from None
+        try:
+            object.__setattr__(self, "rack_aware_strategy", RackAwareStrategy(self.rack_aware_strategy))
+        except ValueError:
+            raise InvalidInput(
+                "config.rack_aware_strategy", f"unknown strategy {self.rack_aware_strategy!r}; expected one of "
+                + ", ".join(s.value for s in RackAwareStrategy)
+            ) from None
+        tags = self.rack_aware_assignment_tags
+        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+            raise InvalidInput("config.rack_aware_assignment_tags", "expected a list of tag keys")
+        object.__setattr__(self, "rack_aware_assignment_tags", tuple(tags))
+
+
+def _require_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"config.{name}", f"expected an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidInput(f"config.{name}", f"must be >= {minimum}, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentProblem:
+    """One assignment problem: the group's tasks, its members and the config (scenario.md)."""
+
+    tasks: tuple[TaskSpec, ...]
+    clients: tuple[ClientState, ...]
+    config: AssignmentConfig = AssignmentConfig()
+
+
+class Role(enum.StrEnum):
+    ACTIVE = "active"
+    STANDBY = "standby"
+    WARMUP = "warmup"
+
+
+class ReasonCode(enum.StrEnum):
+    """Why a replica sits where it is although it did not sit there before, or why it waits.
+
+    Machine-readable so that DescribeGroup and the pipeline can aggregate them.
+    """
+
+    NO_PREVIOUS_OWNER = "no_previous_owner"  # new task, or its previous client left the group
+    BALANCE = "balance"  # moved to even out load (instance or subtopology balance)
+    STANDBY_PROMOTED = "standby_promoted"  # a caught-up standby took over the active
+    MOST_CAUGHT_UP = "most_caught_up"  # placed on the most caught-up client (KIP-441 property 1)
+    WARMING_UP = "warming_up"  # a warm-up replica for a planned move
+    STANDBY_AS_WARMUP = "standby_as_warmup"  # a standby already restoring doubles as the warm-up
+    AWAITING_CATCH_UP = "awaiting_catch_up"  # kept away from its target: the target is not caught up
+    WARMUP_BUDGET_EXHAUSTED = "warmup_budget_exhausted"  # move postponed: max_warmup_replicas reached
+    REPLICA_ADDED = "replica_added"  # a standby replica placed where there was none
+    RACK_AWARE = "rack_aware"  # moved by KIP-925 rack-aware optimisation
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One decision of the assignor about one replica of one task."""
+
+    task: TaskId
+    client: str | None
+    role: Role
+    code: ReasonCode
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAssignment:
+    """What one client runs; each tuple sorted by task order."""
+
+    active: tuple[TaskId, ...] = ()
+    standby: tuple[TaskId, ...] = ()
+    warmup: tuple[TaskId, ...] = ()
+
+    def all_tasks(self) -> frozenset[TaskId]:
+        return frozenset(self.active) | frozenset(self.standby) | frozenset(self.warmup)
+
+
+@dataclass(frozen=True, slots=True)
+class RackAwareReport:
+    """What KIP-925 rack awareness did: the strategy that ran, or why it stood down (section 6)."""
+
+    strategy: RackAwareStrategy = RackAwareStrategy.NONE
+    enabled: bool = False
+    disabled_reason: str = ""
+    cross_rack_before: int = 0
+    cross_rack_after: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentResult:
+    clients: Mapping[str, ClientAssignment]
+    probing_rebalance_needed: bool
+    followup_rebalance_ms: int | None
+    reasons: tuple[Reason, ...] = ()
+    rack_awareness: RackAwareReport = RackAwareReport()
+
+    def active_owner(self) -> dict[TaskId, str]:
+        return {task: cid for cid, ca in self.clients.items() for task in ca.active}
+
+
+def frozen_mapping(items: Mapping | Iterable) -> Mapping:
+    return MappingProxyType(dict(items))
+
+
+UNBOUNDED: Final = math.inf

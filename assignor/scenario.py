@@ -1,0 +1,308 @@
+"""The scenario JSON contract (shared/spec/scenario.md, v1): parse problems, render results.
+
+This is the assignor's public edge: ``python -m assignor``, the tests, the benchmarks, the
+server's rebalance log and the pipeline all read and write this format, through these two
+functions only. Every error names the offending field (``InvalidInput.field``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from assignor.model import (
+    LATEST,
+    UNKNOWN,
+    AssignmentConfig,
+    AssignmentProblem,
+    AssignmentResult,
+    ClientState,
+    InvalidInput,
+    TaskId,
+    TaskSpec,
+    TopicPartition,
+)
+
+SCENARIO_VERSION = 1
+
+_CONFIG_KEYS = frozenset(AssignmentConfig.__dataclass_fields__)
+
+
+def parse_problem(document: Any) -> AssignmentProblem:
+    """Validate a decoded scenario document and build the domain problem."""
+    if not isinstance(document, Mapping):
+        raise InvalidInput("(document)", "expected a JSON object")
+    version = document.get("version")
+    if version != SCENARIO_VERSION or isinstance(version, bool):
+        raise InvalidInput("version", f"unsupported version {version!r}; expected {SCENARIO_VERSION}")
+    config = _parse_config(document.get("config", {}))
+    tasks = _parse_tasks(document.get("tasks"))
+    task_index = {spec.id: spec for spec in tasks}
+    clients = _parse_clients(document.get("clients"), task_index)
+    return AssignmentProblem(tasks=tasks, clients=clients, config=config)
+
+
+def parse_problem_text(text: str) -> AssignmentProblem:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidInput("(document)", f"not valid JSON: {error.msg} at line {error.lineno}") from None
+    return parse_problem(document)
+
+
+def _parse_config(raw: Any) -> AssignmentConfig:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("config", "expected an object")
+    unknown = sorted(set(raw) - _CONFIG_KEYS)
+    if unknown:
+        raise InvalidInput(f"config.{unknown[0]}", "unknown configuration key")
+    values = {key: value for key, value in raw.items() if value is not None or key.startswith("rack_aware_")}
+    if "rack_aware_assignment_tags" in values:
+        tags = values["rack_aware_assignment_tags"]
+        if tags is None:
+            values.pop("rack_aware_assignment_tags")
+        elif not isinstance(tags, list):
+            raise InvalidInput("config.rack_aware_assignment_tags", "expected a list of tag keys")
+        else:
+            values["rack_aware_assignment_tags"] = tuple(tags)
+    return AssignmentConfig(**values)
+
+
+def _parse_tasks(raw: Any) -> tuple[TaskSpec, ...]:
+    if not isinstance(raw, list):
+        raise InvalidInput("tasks", "expected a list")
+    seen: set[TaskId] = set()
+    specs = []
+    for index, item in enumerate(raw):
+        where = f"tasks[{index}]"
+        if not isinstance(item, Mapping):
+            raise InvalidInput(where, "expected an object")
+        task_id = TaskId.parse(item.get("id"), f"{where}.id")
+        if task_id in seen:
+            raise InvalidInput(f"{where}.id", f"duplicate task id {task_id}")
+        seen.add(task_id)
+        stateful = item.get("stateful", False)
+        if not isinstance(stateful, bool):
+            raise InvalidInput(f"{where}.stateful", "expected true or false")
+        changelog = item.get("changelog_offsets")
+        if changelog is not None and (isinstance(changelog, bool) or not isinstance(changelog, int) or changelog < 0):
+            raise InvalidInput(f"{where}.changelog_offsets", f"expected a non-negative integer, got {changelog!r}")
+        specs.append(
+            TaskSpec(
+                id=task_id,
+                stateful=stateful,
+                changelog_offsets=changelog,
+                partitions=_parse_partitions(item.get("partitions", []), f"{where}.partitions"),
+            )
+        )
+    return tuple(sorted(specs, key=lambda spec: spec.id))
+
+
+def _parse_partitions(raw: Any, where: str) -> tuple[TopicPartition, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidInput(where, "expected a list")
+    partitions = []
+    for index, item in enumerate(raw):
+        here = f"{where}[{index}]"
+        if not isinstance(item, Mapping):
+            raise InvalidInput(here, "expected an object")
+        topic = item.get("topic")
+        if not isinstance(topic, str) or not topic:
+            raise InvalidInput(f"{here}.topic", "expected a topic name")
+        number = item.get("partition")
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise InvalidInput(f"{here}.partition", f"expected a non-negative integer, got {number!r}")
+        racks = item.get("racks", [])
+        if racks is None:
+            racks = []
+        if not isinstance(racks, list) or not all(isinstance(r, str) for r in racks):
+            raise InvalidInput(f"{here}.racks", "expected a list of rack names")
+        partitions.append(TopicPartition(topic, number, frozenset(racks)))
+    return tuple(partitions)
+
+
+def _parse_task_list(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> frozenset[TaskId]:
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list):
+        raise InvalidInput(where, "expected a list of task ids")
+    result = set()
+    for index, text in enumerate(raw):
+        task_id = TaskId.parse(text, f"{where}[{index}]")
+        if task_id not in tasks:
+            raise InvalidInput(f"{where}[{index}]", f"unknown task {task_id}")
+        result.add(task_id)
+    return frozenset(result)
+
+
+def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientState, ...]:
+    if not isinstance(raw, list):
+        raise InvalidInput("clients", "expected a list")
+    seen: set[str] = set()
+    active_owner: dict[TaskId, str] = {}
+    clients = []
+    for index, item in enumerate(raw):
+        where = f"clients[{index}]"
+        if not isinstance(item, Mapping):
+            raise InvalidInput(where, "expected an object")
+        client_id = item.get("id")
+        if not isinstance(client_id, str) or not client_id:
+            raise InvalidInput(f"{where}.id", "expected a non-empty string")
+        if client_id in seen:
+            raise InvalidInput(f"{where}.id", f"duplicate client id {client_id!r}")
+        seen.add(client_id)
+        threads = item.get("threads", 1)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise InvalidInput(f"{where}.threads", f"expected an integer >= 1, got {threads!r}")
+        rack = item.get("rack")
+        if rack is not None and not isinstance(rack, str):
+            raise InvalidInput(f"{where}.rack", "expected a string")
+        tags = item.get("tags") or {}
+        if not isinstance(tags, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+        ):
+            raise InvalidInput(f"{where}.tags", "expected an object of string values")
+        prev_active = _parse_task_list(item.get("prev_active"), f"{where}.prev_active", tasks)
+        prev_standby = _parse_task_list(item.get("prev_standby"), f"{where}.prev_standby", tasks)
+        for task_id in sorted(prev_active):
+            if task_id in active_owner:
+                raise InvalidInput(
+                    f"{where}.prev_active",
+                    f"task {task_id} is also prev_active on client {active_owner[task_id]!r}",
+                )
+            active_owner[task_id] = client_id
+        clients.append(
+            ClientState(
+                id=client_id,
+                threads=threads,
+                rack=rack,
+                tags=MappingProxyType(dict(tags)),
+                prev_active=prev_active,
+                prev_standby=prev_standby - prev_active,
+                lags=MappingProxyType(_parse_lags(item.get("lags"), f"{where}.lags", tasks)),
+            )
+        )
+    return tuple(sorted(clients, key=lambda client: client.id))
+
+
+def _parse_lags(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> dict[TaskId, int]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(where, "expected an object of task id to lag")
+    lags = {}
+    for text, value in raw.items():
+        here = f"{where}.{text}"
+        task_id = TaskId.parse(text, here)
+        if task_id not in tasks:
+            raise InvalidInput(here, f"unknown task {task_id}")
+        if value == "latest":
+            lags[task_id] = LATEST
+        elif value == "unknown":
+            lags[task_id] = UNKNOWN
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidInput(here, f"expected a non-negative integer, 'latest' or 'unknown', got {value!r}")
+        elif value < 0:
+            raise InvalidInput(here, f"lag must be >= 0, got {value}")
+        else:
+            lags[task_id] = value
+    return lags
+
+
+def problem_to_document(problem: AssignmentProblem) -> dict[str, Any]:
+    """The inverse of ``parse_problem``: used by the rebalance log and the simulator."""
+    config = problem.config
+    return {
+        "version": SCENARIO_VERSION,
+        "config": {
+            "assignor": str(config.assignor),
+            "acceptable_recovery_lag": config.acceptable_recovery_lag,
+            "max_warmup_replicas": config.max_warmup_replicas,
+            "num_standby_replicas": config.num_standby_replicas,
+            "probing_rebalance_interval_ms": config.probing_rebalance_interval_ms,
+            "balance_factor": config.balance_factor,
+            "rack_aware_strategy": str(config.rack_aware_strategy),
+            "rack_aware_traffic_cost": config.rack_aware_traffic_cost,
+            "rack_aware_non_overlap_cost": config.rack_aware_non_overlap_cost,
+            "rack_aware_assignment_tags": list(config.rack_aware_assignment_tags),
+        },
+        "tasks": [_task_to_document(spec) for spec in problem.tasks],
+        "clients": [_client_to_document(client) for client in problem.clients],
+    }
+
+
+def _task_to_document(spec: TaskSpec) -> dict[str, Any]:
+    document: dict[str, Any] = {"id": str(spec.id), "stateful": spec.stateful}
+    if spec.changelog_offsets is not None:
+        document["changelog_offsets"] = spec.changelog_offsets
+    if spec.partitions:
+        document["partitions"] = [
+            {"topic": tp.topic, "partition": tp.partition, "racks": sorted(tp.racks)} for tp in spec.partitions
+        ]
+    return document
+
+
+def _lag_to_json(lag: int) -> int | str:
+    if lag == LATEST:
+        return "latest"
+    if lag == UNKNOWN:
+        return "unknown"
+    return lag
+
+
+def _client_to_document(client: ClientState) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "id": client.id,
+        "threads": client.threads,
+        "prev_active": [str(t) for t in sorted(client.prev_active)],
+        "prev_standby": [str(t) for t in sorted(client.prev_standby)],
+        "lags": {str(t): _lag_to_json(lag) for t, lag in sorted(client.lags.items())},
+    }
+    if client.rack is not None:
+        document["rack"] = client.rack
+    if client.tags:
+        document["tags"] = dict(sorted(client.tags.items()))
+    return document
+
+
+def result_to_document(result: AssignmentResult, *, explain: bool = False) -> dict[str, Any]:
+    """The output document of scenario.md; ``explain`` adds the reasons and rack report."""
+    document: dict[str, Any] = {
+        "version": SCENARIO_VERSION,
+        "clients": {
+            client_id: {
+                "active": [str(t) for t in assignment.active],
+                "standby": [str(t) for t in assignment.standby],
+                "warmup": [str(t) for t in assignment.warmup],
+            }
+            for client_id, assignment in sorted(result.clients.items())
+        },
+        "probing_rebalance_needed": result.probing_rebalance_needed,
+        "followup_rebalance_ms": result.followup_rebalance_ms,
+    }
+    if explain:
+        document["reasons"] = [
+            {
+                "task": str(reason.task),
+                "client": reason.client,
+                "role": str(reason.role),
+                "code": str(reason.code),
+                "detail": reason.detail,
+            }
+            for reason in result.reasons
+        ]
+        report = result.rack_awareness
+        document["rack_awareness"] = {
+            "strategy": str(report.strategy),
+            "enabled": report.enabled,
+            "disabled_reason": report.disabled_reason,
+            "cross_rack_before": report.cross_rack_before,
+            "cross_rack_after": report.cross_rack_after,
+        }
+    return document

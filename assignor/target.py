@@ -1,0 +1,355 @@
+"""The balanced target: where every replica should live once everything has caught up.
+
+Both assignors first compute this target, then decide what can run there now. It is two
+min-cost flows (actives, then standbys) whose capacities encode balance and whose costs
+encode, in this order of priority:
+
+1. balance: every client gets at least the floor of its thread share (scenario.md "Balance";
+   KIP-441 "Defining balance", instance balance) of all actives, of stateful actives and of
+   stateful replicas, and never more than the ceiling;
+2. (high availability only) as few replicas as possible on clients that are not caught up,
+   so that the fewest warm-ups are needed (KIP-441 "Iterative Balancing Assignments");
+3. stability: previous owners keep their tasks (KIP-441 property 6), a moved active prefers
+   a client that already has its state;
+4. subtopology balance: a soft cap of ceil(S[j] * t_c / T) tasks of subtopology j on a client
+   (KIP-441 "Defining balance", subtopology balance; the cap of KIP-925 4.B.II).
+
+The graph has an arc only where a client reports state for a task, plus one hub per
+subtopology through which any task reaches any client: its size grows with the reported
+lags, not with tasks x clients. Clients without state are interchangeable for a task, so the
+flow only decides how many of a subtopology's hub tasks each client takes; which ones is then
+dealt out in task order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from assignor.balance import quotas
+from assignor.flow import FlowGraph
+from assignor.model import ClientState, TaskId, TaskSpec
+from assignor.ranking import Ranking, Tier, tier_of
+
+# Cost weights, one order of magnitude (at least) per priority level above.
+BALANCE_FLOOR = 4 * 10**13  # reward per unit that fills a client up to its floor
+STATEFUL_FLOOR = 10**13
+OVER_CEILING = 4 * 10**13  # only when constraints leave no other way
+TIER_COST = {Tier.CAUGHT_UP: 0, Tier.LAGGING: 100_000_000, Tier.UNKNOWN: 120_000_000, Tier.NO_STATE: 150_000_000}
+MOVE = 100
+SUBTOPOLOGY_EXCESS = 10
+BIG_CAPACITY = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Indexes over one problem, computed once and shared by every step."""
+
+    specs: Mapping[TaskId, TaskSpec]
+    stateful: tuple[TaskId, ...]
+    stateless: tuple[TaskId, ...]
+    clients: tuple[str, ...]
+    threads: Mapping[str, int]
+    states: Mapping[str, ClientState]
+    prev_active_owner: Mapping[TaskId, str]
+    prev_standby_holders: Mapping[TaskId, frozenset[str]]
+
+    @classmethod
+    def of(cls, tasks: Sequence[TaskSpec], clients: Sequence[ClientState]) -> Group:
+        specs = {spec.id: spec for spec in sorted(tasks, key=lambda s: s.id)}
+        ordered = sorted(clients, key=lambda c: c.id)
+        owner: dict[TaskId, str] = {}
+        holders: dict[TaskId, set[str]] = defaultdict(set)
+        for client in ordered:
+            for task in sorted(client.prev_active):
+                if task in specs:
+                    # Two clients claiming one active (possible after a partition of the
+                    # group): the first by client order keeps the claim, deterministically.
+                    owner.setdefault(task, client.id)
+            for task in client.prev_standby:
+                if task in specs:
+                    holders[task].add(client.id)
+        for task, client_id in owner.items():
+            holders[task].discard(client_id)
+        return cls(
+            specs=specs,
+            stateful=tuple(t for t, s in specs.items() if s.stateful),
+            stateless=tuple(t for t, s in specs.items() if not s.stateful),
+            clients=tuple(c.id for c in ordered),
+            threads={c.id: c.threads for c in ordered},
+            states={c.id: c for c in ordered},
+            prev_active_owner=owner,
+            prev_standby_holders={t: frozenset(h) for t, h in holders.items()},
+        )
+
+    def standby_count(self, num_standby_replicas: int) -> int:
+        """Standbys per stateful task: as configured, but never more than other clients exist."""
+        return max(0, min(num_standby_replicas, len(self.clients) - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """How a placement is priced. ``lag_aware`` is the high-availability assignor's view."""
+
+    lag_aware: bool
+
+    def stateful_arc(self, ranking: Ranking, task: TaskId, client: str, sticky: bool) -> int:
+        tier = TIER_COST[tier_of(ranking.rank(task, client))] if self.lag_aware else 0
+        return tier + (0 if sticky else MOVE)
+
+    def no_state_arc(self, ranking: Ranking, task: TaskId) -> int:
+        tier = TIER_COST[tier_of(ranking.absent[task])] if self.lag_aware else 0
+        return tier + MOVE
+
+
+def _subtopology_caps(items_by_key: Mapping[object, int], threads: Mapping[str, int]) -> dict:
+    capacity = sum(threads.values())
+    caps = {}
+    for key, count in items_by_key.items():
+        for client, t in threads.items():
+            share = Fraction(count * t, capacity)
+            caps[key, client] = -(-share.numerator // share.denominator)
+    return caps
+
+
+def _group_key(spec: TaskSpec) -> tuple[int, bool]:
+    return (spec.id.subtopology, spec.stateful)
+
+
+def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[TaskId, str]:
+    """One active per task, balanced in total and in stateful actives, sticky, lag-aware."""
+    if not group.clients or not group.specs:
+        return {}
+    graph = FlowGraph()
+    clients = group.clients
+    client_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
+    stateful_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
+    sink = graph.node()
+
+    total = quotas(len(group.specs), group.threads)
+    stateful = quotas(len(group.stateful), group.threads)
+    for client in clients:
+        q, s = total[client], stateful[client]
+        graph.arc(client_node[client], sink, q.floor, -BALANCE_FLOOR)
+        graph.arc(client_node[client], sink, q.ceiling - q.floor, 0)
+        graph.arc(client_node[client], sink, BIG_CAPACITY, OVER_CEILING)
+        graph.arc(stateful_node[client], client_node[client], s.floor, -STATEFUL_FLOOR)
+        graph.arc(stateful_node[client], client_node[client], s.ceiling - s.floor, 0)
+        graph.arc(stateful_node[client], client_node[client], BIG_CAPACITY, OVER_CEILING)
+
+    keys = sorted({_group_key(spec) for spec in group.specs.values()})
+    counts: dict[tuple[int, bool], int] = defaultdict(int)
+    for spec in group.specs.values():
+        counts[_group_key(spec)] += 1
+    caps = _subtopology_caps(counts, group.threads)
+    key_client_node = {}
+    hub = {}
+    hub_arc = {}
+    for key in keys:
+        hub[key] = graph.node()
+        downstream = stateful_node if key[1] else client_node
+        for client in clients:
+            node = graph.node()
+            key_client_node[key, client] = node
+            hub_arc[key, client] = graph.arc(hub[key], node, BIG_CAPACITY, 0)
+            graph.arc(node, downstream[client], caps[key, client], 0)
+            graph.arc(node, downstream[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+
+    task_nodes = graph.nodes(len(group.specs))
+    direct: list[tuple[int, TaskId, str]] = []
+    via_hub: dict[tuple[int, bool], list[tuple[int, TaskId]]] = defaultdict(list)
+    for node, (task, spec) in zip(task_nodes, group.specs.items(), strict=True):
+        graph.supply(node, 1)
+        key = _group_key(spec)
+        owner = group.prev_active_owner.get(task)
+        if spec.stateful:
+            for client in sorted(ranking.holders[task]):
+                cost = costs.stateful_arc(ranking, task, client, sticky=client == owner)
+                direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
+            if owner is not None and owner not in ranking.holders[task]:
+                cost = costs.stateful_arc(ranking, task, owner, sticky=True)
+                direct.append((graph.arc(node, key_client_node[key, owner], 1, cost), task, owner))
+            hub_cost = costs.no_state_arc(ranking, task)
+        else:
+            if owner is not None:
+                direct.append((graph.arc(node, key_client_node[key, owner], 1, 0), task, owner))
+            hub_cost = MOVE
+        via_hub[key].append((graph.arc(node, hub[key], 1, hub_cost), task))
+    graph.supply(sink, -len(group.specs))
+    graph.solve()
+
+    target: dict[TaskId, str] = {}
+    for arc, task, client in direct:
+        if graph.flow(arc):
+            target[task] = client
+    for key in keys:
+        hub_tasks = [task for arc, task in via_hub[key] if graph.flow(arc)]
+        if not hub_tasks:
+            continue
+        counts = {client: graph.flow(hub_arc[key, client]) for client in clients}
+        for task, client in zip(hub_tasks, round_robin(counts, clients), strict=True):
+            target[task] = client
+    return target
+
+
+def round_robin(counts: Mapping[str, int], clients: Sequence[str]) -> list[str]:
+    """Deal ``counts[c]`` slots per client in turns, so consecutive tasks land apart."""
+    remaining = dict(counts)
+    turn = [client for client in clients if remaining.get(client)]
+    slots = []
+    while turn:
+        slots.extend(turn)
+        for client in turn:
+            remaining[client] -= 1
+        turn = [client for client in turn if remaining[client]]
+    return slots
+
+
+def standby_target(
+    group: Group,
+    ranking: Ranking,
+    costs: CostModel,
+    actives: Mapping[TaskId, str],
+    num_standby_replicas: int,
+) -> dict[TaskId, tuple[str, ...]]:
+    """``num_standby_replicas`` standbys per stateful task, on distinct clients, none on the active.
+
+    Balance is over stateful replicas (actives plus standbys, scenario.md "Stateful balance");
+    stickiness keeps previous standbys and lets a demoted previous active keep its state as
+    a standby. KIP-441 "Assignment Algorithm" property 2: the next-most-caught-up come first.
+    """
+    per_task = group.standby_count(num_standby_replicas)
+    if per_task == 0 or not group.stateful:
+        return {task: () for task in group.stateful}
+    graph = FlowGraph()
+    clients = group.clients
+    replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
+    sink = graph.node()
+    stateful_actives: dict[str, int] = defaultdict(int)
+    for task in group.stateful:
+        stateful_actives[actives[task]] += 1
+    replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+    for client in clients:
+        q = replicas[client]
+        floor = max(0, q.floor - stateful_actives[client])
+        ceiling = max(floor, q.ceiling - stateful_actives[client])
+        graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
+        graph.arc(replica_node[client], sink, ceiling - floor, 0)
+        graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING)
+
+    counts: dict[int, int] = defaultdict(int)
+    for task in group.stateful:
+        counts[task.subtopology] += per_task
+    caps = _subtopology_caps(counts, group.threads)
+    key_client_node = {}
+    hub = {}
+    hub_arc = {}
+    for key in sorted(counts):
+        hub[key] = graph.node()
+        for client in clients:
+            node = graph.node()
+            key_client_node[key, client] = node
+            hub_arc[key, client] = graph.arc(hub[key], node, BIG_CAPACITY, 0)
+            graph.arc(node, replica_node[client], caps[key, client], 0)
+            graph.arc(node, replica_node[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+
+    direct: list[tuple[int, TaskId, str]] = []
+    via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
+    task_nodes = graph.nodes(len(group.stateful))
+    for node, task in zip(task_nodes, group.stateful, strict=True):
+        graph.supply(node, per_task)
+        key = task.subtopology
+        active = actives[task]
+        previous = group.prev_standby_holders.get(task, frozenset()) | {group.prev_active_owner.get(task)}
+        for client in sorted(ranking.holders[task].keys() | (previous - {None})):
+            if client == active or client not in group.threads:
+                continue
+            cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
+            direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
+        via_hub[key].append((graph.arc(node, hub[key], per_task, costs.no_state_arc(ranking, task)), task))
+    graph.supply(sink, -per_task * len(group.stateful))
+    graph.solve()
+
+    chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
+    for arc, task, client in direct:
+        if graph.flow(arc):
+            chosen[task].append(client)
+    load: dict[str, int] = defaultdict(int)
+    for task, holders in chosen.items():
+        for client in holders:
+            load[client] += 1
+    for key, entries in sorted(via_hub.items()):
+        dealer = _SlotDealer({client: graph.flow(hub_arc[key, client]) for client in clients}, group, load)
+        for arc, task in entries:
+            for _ in range(graph.flow(arc)):
+                excluded = {actives[task], *chosen[task]}
+                client = dealer.take(excluded)
+                if client is None:
+                    client = dealer.take_by_swap(task, excluded, chosen, actives)
+                chosen[task].append(client)
+    return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+
+
+class _SlotDealer:
+    """Deals the flow's per-client hub slots to tasks, most remaining slots first.
+
+    The flow counts slots per client but cannot see that a task may not sit twice on one
+    client; dealing the largest remaining slot first almost always avoids the conflict, and
+    when it cannot, the least loaded allowed client takes the replica.
+    """
+
+    def __init__(self, remaining: Mapping[str, int], group: Group, load: dict[str, int]) -> None:
+        self._remaining = dict(remaining)
+        self._heap = [(-left, client) for client, left in self._remaining.items() if left]
+        heapq.heapify(self._heap)
+        self._group = group
+        self._load = load
+
+    def take(self, excluded: set[str]) -> str | None:
+        """A slot on an allowed client, or None when only excluded clients have slots left."""
+        skipped = []
+        chosen = None
+        while self._heap:
+            negative_left, client = heapq.heappop(self._heap)
+            if client in excluded:
+                skipped.append((negative_left, client))
+                continue
+            chosen = client
+            self._remaining[client] -= 1
+            if self._remaining[client]:
+                heapq.heappush(self._heap, (-self._remaining[client], client))
+            break
+        for entry in skipped:
+            heapq.heappush(self._heap, entry)
+        if chosen is not None:
+            self._load[chosen] += 1
+        return chosen
+
+    def take_by_swap(self, task: TaskId, excluded: set[str], chosen: dict[TaskId, list[str]],
+                     actives: Mapping[TaskId, str]) -> str:
+        """Only excluded clients have slots left: hand one of them to another task's standby.
+
+        Another task ``other`` with a standby on an allowed client d that may sit on the
+        slot's client moves there, and ``task`` takes d: loads stay as the flow decided.
+        """
+        while self._heap:
+            _, slot_client = heapq.heappop(self._heap)
+            self._remaining[slot_client] -= 1
+            if self._remaining[slot_client]:
+                heapq.heappush(self._heap, (-self._remaining[slot_client], slot_client))
+            for other, holders in chosen.items():
+                if other == task or actives[other] == slot_client or slot_client in holders:
+                    continue
+                for d in holders:
+                    if d not in excluded:
+                        holders[holders.index(d)] = slot_client
+                        self._load[slot_client] += 1
+                        return d
+            break
+        allowed = [c for c in self._group.clients if c not in excluded]
+        fallback = min(allowed, key=lambda c: (Fraction(self._load[c] + 1, self._group.threads[c]), c))
+        self._load[fallback] += 1
+        return fallback

@@ -1,0 +1,1 @@
+"""The worker side: group member, lag reporting, state-cleanup lock, KIP-535 routing (issue 5)."""
