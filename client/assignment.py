@@ -1,0 +1,109 @@
+"""A member's assignment as the worker sees it, and the difference between two of them.
+
+KIP-429's cooperative protocol hands a member what to revoke and what to start; the worker here
+gets the same through one callback with an ``AssignmentChange``: actives and standbys revoked and
+assigned, the warm-ups flagged (on the wire they travel as standbys, KIP-441 "Rejected
+Alternatives": a warm-up *is* a standby for the worker), and the follow-up rebalance time.
+Values only; ``client.member`` builds them from SyncGroup responses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from assignor.model import InvalidInput, TaskId
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class HostInfo:
+    """An instance's interactive-query endpoint (Kafka Streams ``application.server``)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "endpoint") -> HostInfo:
+        host, sep, port = (text or "").rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidInput(field_name, f"expected 'host:port' with a port in 1..65535, got {text!r}")
+        return cls(host, int(port))
+
+
+def _empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAssignment:
+    """One member's part of one generation's assignment, plus the group's host maps (KIP-535).
+
+    ``standby`` holds every standby replica the member must maintain, warm-ups included;
+    ``warmup`` flags the ones that exist only to move a task (a subset of ``standby``).
+    ``next_rebalance_ms`` is the wall-clock time of the scheduled probing rebalance, if any.
+    """
+
+    generation: int
+    active: tuple[TaskId, ...] = ()
+    standby: tuple[TaskId, ...] = ()
+    warmup: frozenset[TaskId] = frozenset()
+    next_rebalance_ms: int | None = None
+    active_by_host: Mapping[HostInfo, frozenset[TaskId]] = field(default_factory=_empty)
+    standby_by_host: Mapping[HostInfo, frozenset[TaskId]] = field(default_factory=_empty)
+
+    def all_tasks(self) -> frozenset[TaskId]:
+        return frozenset(self.active) | frozenset(self.standby)
+
+    @property
+    def configured_standby(self) -> tuple[TaskId, ...]:
+        return tuple(t for t in self.standby if t not in self.warmup)
+
+
+EMPTY_ASSIGNMENT = MemberAssignment(generation=-1)
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentChange:
+    """What changed for one member from one applied assignment to the next."""
+
+    previous: MemberAssignment
+    current: MemberAssignment
+    revoked_active: tuple[TaskId, ...]
+    assigned_active: tuple[TaskId, ...]
+    revoked_standby: tuple[TaskId, ...]
+    assigned_standby: tuple[TaskId, ...]
+    released: tuple[TaskId, ...]
+    """Tasks the member holds no replica of any more: their state becomes the cleaner's to delete."""
+
+    @property
+    def warmups(self) -> tuple[TaskId, ...]:
+        return tuple(sorted(self.current.warmup))
+
+    @property
+    def next_rebalance_ms(self) -> int | None:
+        return self.current.next_rebalance_ms
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.revoked_active or self.assigned_active or self.revoked_standby
+                    or self.assigned_standby or self.previous.warmup != self.current.warmup)
+
+
+def diff(previous: MemberAssignment, current: MemberAssignment) -> AssignmentChange:
+    """The change from ``previous`` to ``current``; a standby promoted to active is both a
+    revoked standby and an assigned active, as in Kafka Streams' task manager."""
+    prev_active, cur_active = frozenset(previous.active), frozenset(current.active)
+    prev_standby, cur_standby = frozenset(previous.standby), frozenset(current.standby)
+    return AssignmentChange(
+        previous=previous,
+        current=current,
+        revoked_active=tuple(sorted(prev_active - cur_active)),
+        assigned_active=tuple(sorted(cur_active - prev_active)),
+        revoked_standby=tuple(sorted(prev_standby - cur_standby)),
+        assigned_standby=tuple(sorted(cur_standby - prev_standby)),
+        released=tuple(sorted(previous.all_tasks() - current.all_tasks())),
+    )
