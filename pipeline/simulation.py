@@ -1,0 +1,764 @@
+"""The what-if simulator: one group, one scaling event, one assignor config, simulated in time.
+
+Plain Python over ``assignor/`` only, so that Spark executors (``pipeline.sweep``) and the
+tests run exactly the same code. A run replays what the service would do after a scaling
+event: a rebalance wherever the real server runs one (member events, the probing rebalance at
+the follow-up time, the lag-driven early probe of docs/interfaces.md), restoration progressing
+linearly between them, and the real ``assignor.assign`` deciding every assignment.
+
+The time model (what the issue leaves open, chosen here and documented in docs/pipeline.md):
+
+- Every replica a client holds has a lag in offsets. A restoring active (lag > 0) is *down*
+  and restores at ``restore_rate`` offsets/s; the changelog does not grow meanwhile (the
+  active is its only writer). A standby or warm-up restores at ``restore_rate`` while the
+  changelog grows at ``append_rate``, so it gains ``restore_rate - append_rate`` per second
+  until it tracks the end. State a client keeps but no longer runs falls behind at
+  ``append_rate`` (KIP-441: members report lags of all state on disk, not only assigned).
+- A fresh replica starts at the task's changelog size. Clients removed by a scale-in or a lost
+  rack lose their state; a restarted client keeps it.
+- Task downtime is the time a task has no running active: its owner is restoring, or gone and
+  the loss not yet noticed (a crash is noticed after ``session_timeout_s``).
+- Probing (KIP-441 "Probing Rebalances"): after an assignment that needs a follow-up, the
+  next rebalance is at ``probing_interval_s``, or, with the early probe on, as soon as every
+  warm-up is within ``acceptable_recovery_lag`` but never sooner than ``min_probe_interval_s``
+  after the last rebalance (the server's ``--early-probe`` and ``--min-probe-interval-ms``).
+  The warm-ups watched are the result's warm-up replicas plus standbys the assignor marked
+  ``standby_as_warmup``; with none, the early probe fires at the minimum interval.
+- Settled: every scheduled member event has happened, the last assignment needed no probing
+  rebalance, and every active has finished restoring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from assignor import (
+    LATEST,
+    UNKNOWN,
+    AssignmentConfig,
+    AssignmentResult,
+    ClientAssignment,
+    ClientState,
+    InvalidInput,
+    ReasonCode,
+    TaskId,
+    TaskSpec,
+    TopicPartition,
+    assign,
+)
+from assignor.balance import imbalance, is_balanced
+from assignor.scenario import parse_problem
+
+EVENT_KINDS = ("scale_out", "scale_in", "rolling_restart", "lose_rack")
+LAG_KINDS = ("in_sync", "uniform", "exponential")
+
+
+class InvalidSpec(ValueError):
+    """A run or grid value that cannot be simulated; ``field`` names it."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+# ---------------------------------------------------------------- the inputs of one run
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShape:
+    """A generated starting group: one point of the grid's ``group`` axes."""
+
+    clients: int = 6
+    threads: int = 1
+    racks: int = 3
+    subtopologies: int = 2
+    partitions: int = 6
+    stateful_share: float = 1.0
+    standbys: int = 1
+    changelog_offsets: int = 1_000_000
+    lag: str = "in_sync"
+    restore_rate: float = 10_000.0
+    append_rate: float = 100.0
+
+    def __post_init__(self) -> None:
+        for name in ("clients", "threads", "subtopologies", "partitions"):
+            _require_int(f"group.{name}", getattr(self, name), 1)
+        _require_int("group.racks", self.racks, 0)
+        _require_int("group.standbys", self.standbys, 0)
+        _require_int("group.changelog_offsets", self.changelog_offsets, 0)
+        if not 0.0 <= float(self.stateful_share) <= 1.0:
+            raise InvalidSpec("group.stateful_share", f"expected a fraction in [0, 1], got {self.stateful_share!r}")
+        parse_lag_distribution(self.lag)
+        _check_rates(self.restore_rate, self.append_rate)
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Restoration and changelog growth, offsets per second per replica."""
+
+    restore_rate: float
+    append_rate: float
+
+    def __post_init__(self) -> None:
+        _check_rates(self.restore_rate, self.append_rate)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingEvent:
+    """What happens at t=0: ``kind`` from EVENT_KINDS; ``count`` clients (0 = all, restarts)."""
+
+    kind: str
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in EVENT_KINDS:
+            raise InvalidSpec("events", f"unknown event {self.kind!r}; expected one of {', '.join(EVENT_KINDS)}")
+        _require_int("events.count", self.count, 0)
+        if self.kind in ("scale_out", "scale_in") and self.count < 1:
+            raise InvalidSpec("events", f"{self.kind} needs a count >= 1, e.g. '{self.kind}:2'")
+
+    @classmethod
+    def parse(cls, text: Any) -> ScalingEvent:
+        if not isinstance(text, str):
+            raise InvalidSpec("events", f"expected 'kind' or 'kind:count', got {text!r}")
+        kind, _, count = text.partition(":")
+        if count and not count.isdigit():
+            raise InvalidSpec("events", f"count must be a non-negative integer in {text!r}")
+        return cls(kind.strip(), int(count) if count else 0)
+
+    def label(self) -> str:
+        return f"{self.kind}:{self.count}" if self.count else self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The assignor and probing settings under test: one point of the grid's ``configs`` axes."""
+
+    assignor: str = "high_availability"
+    acceptable_recovery_lag: int = 10_000
+    max_warmup_replicas: int = 2
+    probing_interval_s: float = 600.0
+    early_probe: bool = True
+    min_probe_interval_s: float = 60.0
+    rack_strategy: str = "none"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.early_probe, bool):
+            raise InvalidSpec("configs.early_probe", f"expected true or false, got {self.early_probe!r}")
+        if not isinstance(self.min_probe_interval_s, int | float) or self.min_probe_interval_s < 0:
+            raise InvalidSpec("configs.min_probe_interval_s", f"expected seconds >= 0, got {self.min_probe_interval_s!r}")
+        if not isinstance(self.probing_interval_s, int | float):
+            raise InvalidSpec("configs.probing_interval_s", f"expected seconds, got {self.probing_interval_s!r}")
+        try:
+            self.assignment_config(0)
+        except InvalidInput as error:
+            name = {"probing_rebalance_interval_ms": "probing_interval_s",
+                    "rack_aware_strategy": "rack_strategy"}.get(error.field.removeprefix("config."),
+                                                                error.field.removeprefix("config."))
+            raise InvalidSpec(f"configs.{name}", error.message) from None
+
+    def assignment_config(self, standbys: int) -> AssignmentConfig:
+        return AssignmentConfig(
+            assignor=self.assignor,
+            acceptable_recovery_lag=self.acceptable_recovery_lag,
+            max_warmup_replicas=self.max_warmup_replicas,
+            num_standby_replicas=standbys,
+            probing_rebalance_interval_ms=int(round(self.probing_interval_s * 1000)),
+            rack_aware_strategy=self.rack_strategy,
+        )
+
+    def label(self) -> str:
+        probe = f"early>={self.min_probe_interval_s:g}s" if self.early_probe else "no-early"
+        return (f"{self.assignor} arl={self.acceptable_recovery_lag} mwr={self.max_warmup_replicas} "
+                f"probe={self.probing_interval_s:g}s {probe} rack={self.rack_strategy}")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """How members come and go, and when a run is given up as unsettled."""
+
+    session_timeout_s: float = 45.0
+    restart_s: float = 30.0
+    max_simulated_s: float = 86_400.0
+    max_rebalances: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One run: a starting group (generated from ``shape`` or a logged ``start``), an event, a config.
+
+    ``start`` is a rebalance-log record's ``{"input": ..., "output": ...}`` (docs/interfaces.md);
+    then ``rates`` replaces the shape's restoration figures.
+    """
+
+    run_id: str
+    seed: int
+    event: ScalingEvent
+    config: SimConfig
+    timing: Timing = Timing()
+    shape: GroupShape | None = None
+    start: Mapping[str, Any] | None = None
+    rates: Rates | None = None
+    point: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        raw = json.loads(text)
+        return cls(
+            run_id=raw["run_id"],
+            seed=raw["seed"],
+            event=ScalingEvent(**raw["event"]),
+            config=SimConfig(**raw["config"]),
+            timing=Timing(**raw["timing"]),
+            shape=GroupShape(**raw["shape"]) if raw.get("shape") else None,
+            start=raw.get("start"),
+            rates=Rates(**raw["rates"]) if raw.get("rates") else None,
+            point=raw.get("point") or {},
+        )
+
+
+def _require_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidSpec(name, f"expected an integer >= {minimum}, got {value!r}")
+
+
+def _check_rates(restore_rate: Any, append_rate: Any) -> None:
+    for name, value in (("restore_rate", restore_rate), ("append_rate", append_rate)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise InvalidSpec(f"group.{name}", f"expected offsets per second >= 0, got {value!r}")
+    if restore_rate <= append_rate:
+        raise InvalidSpec("group.restore_rate", f"must exceed append_rate ({append_rate}) or standbys never catch up")
+
+
+def parse_lag_distribution(text: Any) -> tuple[str, tuple[float, ...]]:
+    """``in_sync``, ``uniform:LO:HI`` or ``exponential:MEAN``: how far standbys are behind at t=0."""
+    if not isinstance(text, str):
+        raise InvalidSpec("group.lag", f"expected a string like 'uniform:0:50000', got {text!r}")
+    kind, *args = text.split(":")
+    arity = {"in_sync": 0, "uniform": 2, "exponential": 1}.get(kind)
+    if arity is None or len(args) != arity:
+        raise InvalidSpec("group.lag", f"expected 'in_sync', 'uniform:LO:HI' or 'exponential:MEAN', got {text!r}")
+    try:
+        values = tuple(float(a) for a in args)
+    except ValueError:
+        raise InvalidSpec("group.lag", f"non-numeric parameter in {text!r}") from None
+    if any(v < 0 for v in values) or (kind == "uniform" and values[0] > values[1]):
+        raise InvalidSpec("group.lag", f"parameters must be >= 0 and LO <= HI in {text!r}")
+    return kind, values
+
+
+def run_seed(*parts: Any) -> int:
+    """A deterministic 63-bit seed from the run's identity (never Python's salted ``hash``)."""
+    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+# ---------------------------------------------------------------- the starting group
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    id: str
+    threads: int
+    rack: str | None
+
+
+@dataclass(slots=True)
+class _World:
+    """The mutable state of one run; private to ``simulate``."""
+
+    tasks: tuple[TaskSpec, ...]
+    specs: dict[TaskId, TaskSpec]
+    members: dict[str, Member]  # in the group now
+    known: dict[str, Member]  # every client that exists (members, restarting ones)
+    assignment: dict[str, ClientAssignment]
+    lags: dict[str, dict[TaskId, float]]  # state on each client's disk
+    running: dict[str, set[TaskId]]  # actives restored and processing
+    rates: Rates
+    standbys: int
+    crashed: set[str] = field(default_factory=set)  # gone, but the group has not noticed yet
+
+
+def generate_group(shape: GroupShape, rng: random.Random) -> tuple[tuple[TaskSpec, ...], list[Member]]:
+    """Tasks (first ``stateful_share`` of the subtopologies stateful) and clients spread over racks."""
+    rack_names = [f"r{i}" for i in range(shape.racks)]
+    stateful_count = round(shape.stateful_share * shape.subtopologies)
+    tasks = []
+    for sub in range(shape.subtopologies):
+        stateful = sub < stateful_count
+        for part in range(shape.partitions):
+            size = int(shape.changelog_offsets * rng.uniform(0.5, 1.5)) if stateful else None
+            racks = frozenset(rng.sample(rack_names, min(2, len(rack_names)))) if rack_names else frozenset()
+            tasks.append(TaskSpec(TaskId(sub, part), stateful, size, (TopicPartition(f"topic{sub}", part, racks),)))
+    members = [new_member(i, shape.threads, shape.racks) for i in range(shape.clients)]
+    return tuple(tasks), members
+
+
+def new_member(index: int, threads: int, racks: int) -> Member:
+    return Member(f"c{index:04d}", threads, f"r{index % racks}" if racks else None)
+
+
+def _warm_start(world: _World, config: AssignmentConfig) -> None:
+    """The settled assignment the group ran before the event: the assignor's own fixpoint.
+
+    Assign, then feed back every assigned replica as caught up until no probing rebalance is
+    needed (scenario.md: such an assignment then comes back unchanged).
+    """
+    for _ in range(20):
+        result = _assign(world, config)
+        _apply(world, result)
+        for client in world.members:
+            owned = world.assignment[client].all_tasks()
+            world.lags[client] = {t: 0.0 for t in owned if world.specs[t].stateful}
+            world.running[client] = set(world.assignment[client].active)
+        if not result.probing_rebalance_needed:
+            return
+    raise InvalidSpec("group", "the starting group did not settle in 20 warm-start rebalances")
+
+
+def _standby_lags(world: _World, lag: str, rng: random.Random) -> None:
+    kind, args = parse_lag_distribution(lag)
+    for client in sorted(world.members):
+        for task in world.assignment[client].standby:
+            if kind == "uniform":
+                world.lags[client][task] = float(int(rng.uniform(args[0], args[1])))
+            elif kind == "exponential":
+                world.lags[client][task] = float(int(rng.expovariate(1 / args[0]))) if args[0] else 0.0
+
+
+def world_from_log(start: Mapping[str, Any], rates: Rates) -> tuple[_World, int]:
+    """A real group from a rebalance-log record: its tasks, members and the assignment it got.
+
+    Lags are those the members reported (a replica the output newly assigned starts from what
+    its client reported, or from scratch); the assignment is the record's output.
+    """
+    if not isinstance(start, Mapping) or "input" not in start or "output" not in start:
+        raise InvalidSpec("from_log", "a start record needs 'input' and 'output'")
+    try:
+        problem = parse_problem(start["input"])
+    except InvalidInput as error:
+        raise InvalidSpec(f"from_log.input.{error.field}", error.message) from None
+    out_clients = (start["output"] or {}).get("clients")
+    if not isinstance(out_clients, Mapping):
+        raise InvalidSpec("from_log.output.clients", "expected an object of client assignments")
+    specs = {spec.id: spec for spec in problem.tasks}
+    world = _World(problem.tasks, specs, {}, {}, {}, {}, {}, rates, problem.config.num_standby_replicas)
+    for client in problem.clients:
+        member = Member(client.id, client.threads, client.rack)
+        world.members[client.id] = world.known[client.id] = member
+        got = out_clients.get(client.id) or {}
+        try:
+            roles = {role: tuple(sorted(TaskId.parse(t, f"from_log.output.clients.{client.id}.{role}")
+                                        for t in got.get(role, ()))) for role in ("active", "standby", "warmup")}
+        except InvalidInput as error:
+            raise InvalidSpec(error.field, error.message) from None
+        world.assignment[client.id] = ClientAssignment(**roles)
+        lags: dict[TaskId, float] = {}
+        for task, lag in client.lags.items():
+            if specs[task].stateful:
+                lags[task] = 0.0 if lag == LATEST else float(_fresh_lag(specs[task]) if lag == UNKNOWN else lag)
+        for task in world.assignment[client.id].all_tasks():
+            if specs[task].stateful:
+                lags.setdefault(task, float(_fresh_lag(specs[task])))
+        world.lags[client.id] = lags
+        world.running[client.id] = {t for t in roles["active"] if lags.get(t, 0.0) == 0.0}
+    return world, problem.config.num_standby_replicas
+
+
+def _fresh_lag(spec: TaskSpec) -> int:
+    return spec.changelog_offsets or 0
+
+
+# ---------------------------------------------------------------- one rebalance
+
+
+def _client_state(world: _World, member: Member) -> ClientState:
+    """What a member reports on JoinGroup: its previous tasks and the lag of all state on disk."""
+    current = world.assignment.get(member.id, ClientAssignment())
+    running = world.running.get(member.id, set())
+    lags = {}
+    for task, lag in world.lags.get(member.id, {}).items():
+        lags[task] = LATEST if task in running else int(math.ceil(lag))
+    return ClientState(
+        id=member.id,
+        threads=member.threads,
+        rack=member.rack,
+        prev_active=frozenset(current.active),
+        prev_standby=frozenset(current.standby) | frozenset(current.warmup),
+        lags=MappingProxyType(lags),
+    )
+
+
+def _assign(world: _World, config: AssignmentConfig) -> AssignmentResult:
+    clients = [_client_state(world, world.members[c]) for c in sorted(world.members)]
+    return assign(world.tasks, clients, config)
+
+
+def _apply(world: _World, result: AssignmentResult) -> int:
+    """Install a new assignment; returns the number of active tasks that changed client."""
+    before = {task: client for client, ca in world.assignment.items() if client in world.members for task in ca.active}
+    for client in world.members:
+        new = result.clients.get(client, ClientAssignment())
+        world.assignment[client] = new
+        lags = world.lags.setdefault(client, {})
+        for task in new.all_tasks():
+            if world.specs[task].stateful and task not in lags:
+                lags[task] = float(_fresh_lag(world.specs[task]))
+        running = world.running.setdefault(client, set())
+        running &= set(new.active)
+        if client in world.crashed:
+            continue
+        for task in new.active:
+            if not world.specs[task].stateful or lags[task] == 0.0:
+                running.add(task)
+    return sum(1 for task, client in result.active_owner().items() if before.get(task) != client)
+
+
+def _watched_warmups(result: AssignmentResult) -> list[tuple[str, TaskId]]:
+    """The warm-ups the early probe waits for: warm-up replicas and standbys restoring for a move."""
+    watched = [(client, task) for client, ca in sorted(result.clients.items()) for task in ca.warmup]
+    watched += [(r.client, r.task) for r in result.reasons if r.code == ReasonCode.STANDBY_AS_WARMUP and r.client]
+    return watched
+
+
+# ---------------------------------------------------------------- time passing
+
+
+@dataclass(slots=True)
+class _Totals:
+    downtime_s: float = 0.0
+    offsets_restored: float = 0.0
+
+
+def _advance(world: _World, dt: float, totals: _Totals) -> None:
+    """Restoration over ``dt`` seconds: lags, downtime and restored offsets (see module doc)."""
+    if dt <= 0:
+        return
+    restore, append = world.rates.restore_rate, world.rates.append_rate
+    owner = {task: client for client, ca in world.assignment.items() if client in world.members for task in ca.active}
+    for task, spec in world.specs.items():
+        client = owner.get(task)
+        if client is None or client in world.crashed:
+            totals.downtime_s += dt
+        elif spec.stateful and task not in world.running[client]:
+            lag = world.lags[client][task]
+            restoring = min(dt, lag / restore)
+            totals.downtime_s += restoring
+            totals.offsets_restored += restoring * restore
+            world.lags[client][task] = max(0.0, lag - restore * dt)
+            if restoring < dt or world.lags[client][task] == 0.0:
+                world.lags[client][task] = 0.0
+                world.running[client].add(task)
+    for client, lags in world.lags.items():
+        if client in world.crashed:
+            continue
+        ca = world.assignment.get(client) if client in world.members else None
+        replicas = (set(ca.standby) | set(ca.warmup)) if ca is not None else set()
+        for task, lag in lags.items():
+            if task in replicas:
+                if lag > 0:
+                    catching = min(dt, lag / (restore - append))
+                    totals.offsets_restored += catching * restore
+                    lags[task] = 0.0 if catching < dt else max(0.0, lag - (restore - append) * dt)
+            elif ca is None or task not in ca.active:
+                lags[task] = lag + append * dt
+
+
+def _time_to_restore_actives(world: _World) -> float:
+    restore = world.rates.restore_rate
+    longest = 0.0
+    for client in world.members:
+        for task in world.assignment[client].active:
+            if world.specs[task].stateful and task not in world.running[client]:
+                longest = max(longest, world.lags[client][task] / restore)
+    return longest
+
+
+def _early_probe_at(world: _World, watched: Sequence[tuple[str, TaskId]], acceptable: int) -> float:
+    """Seconds from now until every watched warm-up is within ``acceptable_recovery_lag``."""
+    net = world.rates.restore_rate - world.rates.append_rate
+    wait = 0.0
+    for client, task in watched:
+        lag = world.lags.get(client, {}).get(task, 0.0)
+        if lag > acceptable:
+            wait = max(wait, (lag - acceptable) / net)
+    return wait
+
+
+# ---------------------------------------------------------------- the run
+
+
+def simulate(spec: RunSpec) -> dict[str, Any]:
+    """Run one spec; returns ``{"run": {...metrics}, "steps": [{...per rebalance}]}``."""
+    rng = random.Random(spec.seed)
+    if spec.start is not None:
+        rates = spec.rates or (Rates(spec.shape.restore_rate, spec.shape.append_rate) if spec.shape else None)
+        if rates is None:
+            raise InvalidSpec("group.restore_rate", "a logged start needs restoration rates")
+        world, standbys = world_from_log(spec.start, rates)
+    else:
+        if spec.shape is None:
+            raise InvalidSpec("group", "a run needs a group shape or a logged start")
+        shape = spec.shape
+        tasks, members = generate_group(shape, rng)
+        world = _World(tasks, {t.id: t for t in tasks}, {m.id: m for m in members}, {m.id: m for m in members},
+                       {}, {}, {}, Rates(shape.restore_rate, shape.append_rate), shape.standbys)
+        standbys = shape.standbys
+        _warm_start(world, spec.config.assignment_config(standbys))
+        _standby_lags(world, shape.lag, rng)
+    config = spec.config.assignment_config(standbys)
+    return _Run(spec, world, config).run()
+
+
+class _Run:
+    """The event loop of one run; a private mutable builder that never escapes ``simulate``."""
+
+    def __init__(self, spec: RunSpec, world: _World, config: AssignmentConfig) -> None:
+        self.spec, self.world, self.config = spec, world, config
+        self.now = 0.0
+        self.totals = _Totals()
+        self.steps: list[dict[str, Any]] = []
+        self.pending: list[tuple[float, int, str, str]] = []  # (time, order, action, client)
+        self.probe_at: float | None = None
+        self.probe_trigger = "probing_rebalance"
+        self.last_result: AssignmentResult | None = None
+        self.peak_warmups = 0
+        self.tasks_moved = 0
+        self.last_event_s = 0.0
+        self.clients_before = len(world.members)
+        self._order = itertools.count()
+        self._restart_queue: list[str] = []
+
+    def run(self) -> dict[str, Any]:
+        self._schedule_event()
+        timing = self.spec.timing
+        settled = False
+        while len(self.steps) < timing.max_rebalances:
+            candidates = [(t, 0, action, client) for t, _, action, client in self.pending[:1]]
+            if self.probe_at is not None:
+                candidates.append((self.probe_at, 1, "probe", ""))
+            if not candidates:
+                settled = True
+                break
+            when, _, action, client = min(candidates)
+            if when > timing.max_simulated_s:
+                break
+            _advance(self.world, when - self.now, self.totals)
+            self.now = when
+            if action == "probe":
+                self._rebalance(self.probe_trigger)
+            else:
+                self._member_events(when)
+        settle_at = None
+        if settled:
+            tail = _time_to_restore_actives(self.world)
+            _advance(self.world, tail, self.totals)
+            self.now += tail
+            settle_at = self.now
+        return {"run": self._summary(settled, settle_at), "steps": self.steps}
+
+    # -- events
+
+    def _schedule_event(self) -> None:
+        event, world, timing = self.spec.event, self.world, self.spec.timing
+        ordered = sorted(world.members)
+        if event.kind == "scale_out":
+            shape = self.spec.shape
+            threads = shape.threads if shape else max(m.threads for m in world.members.values())
+            racks = sorted({m.rack for m in world.members.values() if m.rack})
+            start = len(world.known)
+            for i in range(event.count):
+                member = Member(f"c{start + i:04d}", threads, racks[(start + i) % len(racks)] if racks else None)
+                while member.id in world.known:
+                    member = Member(member.id + "+", member.threads, member.rack)
+                world.known[member.id] = member
+                self._push(0.0, "join", member.id)
+        elif event.kind == "scale_in":
+            if event.count >= len(ordered):
+                raise InvalidSpec("events", f"scale_in:{event.count} would remove all {len(ordered)} clients")
+            for client in ordered[-event.count:]:
+                self._push(0.0, "leave", client)
+        elif event.kind == "lose_rack":
+            racks = sorted({m.rack for m in world.members.values() if m.rack})
+            if len(racks) < 2:
+                raise InvalidSpec("events", "lose_rack needs clients on at least 2 racks")
+            lost = racks[0]
+            for client in ordered:
+                if world.members[client].rack == lost:
+                    self._crash(client)
+                    self._push(timing.session_timeout_s, "expire", client)
+        else:  # rolling_restart: one at a time, the next once the previous is back
+            restarting = ordered if event.count == 0 else ordered[:event.count]
+            self._restart_queue = list(restarting)
+            self._next_restart(0.0)
+
+    def _next_restart(self, when: float) -> None:
+        if self._restart_queue:
+            client = self._restart_queue.pop(0)
+            self._push(when, "leave_restart", client)
+            self._push(when + self.spec.timing.restart_s, "rejoin", client)
+
+    def _push(self, when: float, action: str, client: str) -> None:
+        self.pending.append((when, next(self._order), action, client))
+        self.pending.sort()
+
+    def _crash(self, client: str) -> None:
+        """The process is gone but the group does not know yet: its tasks stop running now."""
+        self.world.running[client] = set()
+        self.world.lags.pop(client, None)
+        self.world.crashed.add(client)
+
+    def _member_events(self, when: float) -> None:
+        """Every member event due now, then one rebalance for all of them (as the server batches)."""
+        world = self.world
+        trigger = None
+        rejoined = []
+        while self.pending and self.pending[0][0] <= when:
+            _, _, action, client = self.pending.pop(0)
+            if action == "join":
+                world.members[client] = world.known[client]
+                world.assignment[client] = ClientAssignment()
+                trigger = trigger or "member_joined"
+            elif action == "leave":
+                self._remove(client, keep_state=False)
+                trigger = trigger or "member_left"
+            elif action == "leave_restart":
+                self._remove(client, keep_state=True)
+                trigger = trigger or "member_left"
+            elif action == "expire":
+                self._remove(client, keep_state=False)
+                trigger = trigger or "session_expired"
+            elif action == "rejoin":
+                world.members[client] = world.known[client]
+                trigger = trigger or "member_rejoined"
+                rejoined.append(client)
+        self.last_event_s = when
+        self._rebalance(trigger or "member_joined")
+        for _ in rejoined:
+            self._next_restart(self.now)
+
+    def _remove(self, client: str, *, keep_state: bool) -> None:
+        world = self.world
+        world.members.pop(client, None)
+        world.running[client] = set()
+        if keep_state:
+            # A restarting process keeps its state directory; it reports no previous tasks.
+            world.assignment[client] = ClientAssignment()
+        else:
+            world.assignment.pop(client, None)
+            world.lags.pop(client, None)
+            world.known.pop(client, None)
+            world.crashed.discard(client)
+
+    # -- rebalances
+
+    def _rebalance(self, trigger: str) -> None:
+        world = self.world
+        result = _assign(world, self.config)
+        moved = _apply(world, result)
+        self.tasks_moved += moved
+        self.last_result = result
+        warmups = sum(len(ca.warmup) for ca in result.clients.values())
+        self.peak_warmups = max(self.peak_warmups, warmups)
+        self.probe_at = None
+        if result.probing_rebalance_needed:
+            interval = self.spec.config.probing_interval_s
+            self.probe_at, self.probe_trigger = self.now + interval, "probing_rebalance"
+            if self.spec.config.early_probe:
+                ready = self.now + _early_probe_at(world, _watched_warmups(result), self.config.acceptable_recovery_lag)
+                early = max(ready, self.now + self.spec.config.min_probe_interval_s)
+                if early < self.probe_at:
+                    self.probe_at, self.probe_trigger = early, "early_probe"
+        counts, threads = self._active_counts()
+        running = set().union(*(world.running.get(c, set()) for c in world.members))
+        down = len(world.specs) - len(running)
+        self.steps.append({
+            "step": len(self.steps) + 1,
+            "time_s": self.now,
+            "trigger": trigger,
+            "members": len(world.members),
+            "moved": moved,
+            "warmups": warmups,
+            "tasks_down": down,
+            "imbalance": imbalance(counts, threads),
+            "probing": result.probing_rebalance_needed,
+            "downtime_s": self.totals.downtime_s,
+        })
+
+    def _active_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        world = self.world
+        counts = {c: len(world.assignment[c].active) for c in world.members}
+        threads = {c: world.members[c].threads for c in world.members}
+        return counts, threads
+
+    def _cross_rack(self) -> int:
+        """Input partitions read by an active on a rack holding no replica of them (KIP-925)."""
+        world, crossing = self.world, 0
+        for client in world.members:
+            rack = world.members[client].rack
+            if rack is None:
+                continue
+            for task in world.assignment[client].active:
+                crossing += sum(1 for tp in world.specs[task].partitions if tp.racks and rack not in tp.racks)
+        return crossing
+
+    def _summary(self, settled: bool, settle_at: float | None) -> dict[str, Any]:
+        spec = self.spec
+        counts, threads = self._active_counts()
+        return {
+            "run_id": spec.run_id,
+            "seed": spec.seed,
+            "event": spec.event.label(),
+            "config": spec.config.label(),
+            "clients_before": self.clients_before,
+            "clients_after": len(self.world.members),
+            "tasks": len(self.world.specs),
+            "settled": settled,
+            "settle_time_s": settle_at,
+            "rebalances": len(self.steps),
+            "downtime_task_s": self.totals.downtime_s,
+            "offsets_restored": self.totals.offsets_restored,
+            "peak_warmups": self.peak_warmups,
+            "tasks_moved": self.tasks_moved,
+            "cross_rack_partitions": self._cross_rack(),
+            "imbalance": imbalance(counts, threads),
+            "balanced": is_balanced(counts, threads, self.config.balance_factor),
+            "simulated_s": self.now,
+        }
+
+
+# ---------------------------------------------------------------- flat rows for tables
+
+SHAPE_COLUMNS = tuple(GroupShape.__dataclass_fields__)
+CONFIG_COLUMNS = tuple(SimConfig.__dataclass_fields__)
+
+
+def run_rows(spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``simulate`` flattened for tables: the run row (its grid point + metrics) and its step rows.
+
+    Both the Spark job and plain-Python callers use this, so their rows are identical.
+    """
+    outcome = simulate(spec)
+    shape = asdict(spec.shape) if spec.shape else dict.fromkeys(SHAPE_COLUMNS)
+    if spec.rates is not None:
+        shape.update(asdict(spec.rates))
+    row = {
+        **{f"g_{name}": shape[name] for name in SHAPE_COLUMNS},
+        **{f"c_{name}": value for name, value in asdict(spec.config).items()},
+        "start": str(spec.point.get("start", "generated")),
+        "rep": int(spec.point.get("rep", 0)),
+        **outcome["run"],
+    }
+    steps = [{"run_id": spec.run_id, **step} for step in outcome["steps"]]
+    return row, steps
