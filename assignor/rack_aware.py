@@ -1,24 +1,145 @@
-"""KIP-925 rack-aware placement and KIP-708 tag-aware standbys (issue 3 fills this in).
+"""KIP-925 rack-aware placement and KIP-708 tag-aware standbys, between target and placement.
 
-Until then rack awareness stands down and says why, so a configured strategy is visible
-as not applied rather than silently ignored.
+Both assignors compute a balanced target (``assignor.target``), then call, in the KIP's
+order (KIP-925 section 4, constraint 2: rack awareness shapes steps 1-4, before warm-ups):
+
+1. ``optimize_actives``: reshape the active target to cut cross-rack traffic, keeping every
+   client's count of actives and of stateful actives (a min-cost flow, ``assignor.rack_flow``);
+2. ``optimize_standbys``: spread standbys over racks or client tags, then trade them for less
+   traffic (greedy swaps, KIP-925 C.I; ``assignor.rack_standby``).
+
+The high-availability assignor then places actives on caught-up clients and plans warm-ups;
+rack awareness never undoes that (downtime beats traffic). Rack awareness stands down with a
+reason (KIP-925 section 6) when a client has no rack, an input partition lists no racks, or no
+placement changes any cost. ``RackAwareReport.cross_rack_*`` counts active tasks only: input
+partitions read by an active in a rack holding no replica of them, before and after (standby
+traffic is optimised too, but the report is made before standbys exist).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from assignor.model import AssignmentConfig, RackAwareReport, RackAwareStrategy, TaskId
+import numpy as np
+
+from assignor.model import AssignmentConfig, AssignorKind, RackAwareReport, RackAwareStrategy, TaskId
+from assignor.rack_flow import PlacementProblem, index_of, solve_compressed, subtopology_caps
+from assignor.rack_standby import spread_and_swap_standbys
 from assignor.target import Group
+
+# KIP-925 4.B.III and "Summary": traffic over stickiness with the high-availability assignor,
+# stickiness over traffic with the sticky one; stateless tasks have no state to keep warm.
+DEFAULT_COSTS = {AssignorKind.HIGH_AVAILABILITY: (10, 1), AssignorKind.STICKY: (1, 10)}
+STATELESS_COSTS = (1, 0)
+
+
+def stateful_costs(config: AssignmentConfig) -> tuple[int, int]:
+    traffic, non_overlap = DEFAULT_COSTS[config.assignor]
+    if config.rack_aware_traffic_cost is not None:
+        traffic = config.rack_aware_traffic_cost
+    if config.rack_aware_non_overlap_cost is not None:
+        non_overlap = config.rack_aware_non_overlap_cost
+    return traffic, non_overlap
+
+
+def stand_down_reason(group: Group, config: AssignmentConfig) -> str:
+    """Why rack-aware placement cannot help here, or "" when it runs (KIP-925 section 6)."""
+    if config.rack_aware_strategy == RackAwareStrategy.NONE:
+        return "strategy is none"
+    for client in group.clients:
+        if group.states[client].rack is None:
+            return f"client {client} has no rack"
+    for task, spec in group.specs.items():
+        for tp in spec.partitions:
+            if not tp.racks:
+                return f"input partition {tp.topic}-{tp.partition} of task {task} lists no racks"
+    client_racks = {group.states[c].rack for c in group.clients}
+    for spec in group.specs.values():
+        for tp in spec.partitions:
+            if tp.racks & client_racks and not client_racks <= tp.racks:
+                return ""
+    return "no placement changes any cross-rack cost"
+
+
+def cross_rack_matrix(group: Group, tasks: tuple[TaskId, ...], racks: list[str]) -> np.ndarray:
+    """``cross[t, r]``: input partitions of task t with no replica in rack r (KIP-925 getCost)."""
+    cross = np.zeros((len(tasks), len(racks)), dtype=np.int64)
+    vectors: dict[frozenset[str], np.ndarray] = {}
+    for row, task in enumerate(tasks):
+        for tp in group.specs[task].partitions:
+            vector = vectors.get(tp.racks)
+            if vector is None:
+                vector = vectors[tp.racks] = np.array([rack not in tp.racks for rack in racks], dtype=np.int64)
+            cross[row] += vector
+    return cross
 
 
 def optimize_actives(
     group: Group, actives: Mapping[TaskId, str], config: AssignmentConfig
 ) -> tuple[dict[TaskId, str], RackAwareReport]:
-    """Reshape the balanced active target to cut cross-rack traffic, keeping each client's count."""
-    if config.rack_aware_strategy == RackAwareStrategy.NONE:
-        return dict(actives), RackAwareReport(strategy=RackAwareStrategy.NONE, disabled_reason="strategy is none")
-    return dict(actives), RackAwareReport(strategy=config.rack_aware_strategy, disabled_reason="not implemented yet")
+    """Reshape the balanced active target to cut cross-rack traffic, keeping each client's count.
+
+    Stateful and stateless actives are two separate problems (each client keeps its count of
+    both), with their own costs; under balance_subtopology the caps of KIP-925 4.B.II apply
+    per subtopology within each.
+    """
+    strategy = config.rack_aware_strategy
+    reason = stand_down_reason(group, config)
+    if reason:
+        return dict(actives), RackAwareReport(strategy=strategy, enabled=False, disabled_reason=reason)
+    racks = sorted({group.states[c].rack for c in group.clients})
+    result = dict(actives)
+    before = after = 0
+    for tasks, costs in ((group.stateful, stateful_costs(config)), (group.stateless, STATELESS_COSTS)):
+        if not tasks:
+            continue
+        problem = placement_problem(group, actives, config, tasks, racks, costs)
+        assignment = solve_compressed(problem)
+        rows = np.arange(len(tasks))
+        before += int(problem.cross[rows, problem.client_rack[problem.target]].sum())
+        after += int(problem.cross[rows, problem.client_rack[assignment]].sum())
+        for task, client in zip(tasks, assignment.tolist(), strict=True):
+            result[task] = group.clients[client]
+    report = RackAwareReport(strategy=strategy, enabled=True, cross_rack_before=before, cross_rack_after=after)
+    return result, report
+
+
+def placement_problem(
+    group: Group,
+    actives: Mapping[TaskId, str],
+    config: AssignmentConfig,
+    tasks: tuple[TaskId, ...],
+    racks: list[str],
+    costs: tuple[int, int],
+) -> PlacementProblem:
+    """The flow problem of one kind of active (stateful or stateless), by indices."""
+    client_index = index_of(group.clients)
+    rack_index = index_of(racks)
+    client_rack = np.array([rack_index[group.states[c].rack] for c in group.clients], dtype=np.int64)
+    target = np.array([client_index[actives[t]] for t in tasks], dtype=np.int64)
+    if config.assignor == AssignorKind.STICKY:
+        # KIP-925 "Summary": with the sticky assignor, non-overlap means "not t's previous client".
+        owners = group.prev_active_owner
+        anchor = np.array([client_index.get(owners.get(t, ""), -1) for t in tasks], dtype=np.int64)
+    else:
+        anchor = target.copy()
+    slots = np.bincount(target, minlength=len(group.clients)).astype(np.int64)
+    keys = caps = None
+    if config.rack_aware_strategy == RackAwareStrategy.BALANCE_SUBTOPOLOGY:
+        subtopologies = index_of(sorted({t.subtopology for t in tasks}))
+        keys = np.array([subtopologies[t.subtopology] for t in tasks], dtype=np.int64)
+        caps = subtopology_caps(keys, slots)
+    return PlacementProblem(
+        cross=cross_rack_matrix(group, tasks, racks),
+        client_rack=client_rack,
+        slots=slots,
+        target=target,
+        anchor=anchor,
+        traffic_cost=costs[0],
+        non_overlap_cost=costs[1],
+        keys=keys,
+        caps=caps,
+    )
 
 
 def optimize_standbys(
@@ -27,5 +148,28 @@ def optimize_standbys(
     standbys: Mapping[TaskId, tuple[str, ...]],
     config: AssignmentConfig,
 ) -> dict[TaskId, tuple[str, ...]]:
-    """Spread standbys over racks and tags, then trade them for less traffic (KIP-925 C, KIP-708)."""
-    return dict(standbys)
+    """Spread standbys over racks and tags, then trade them for less traffic (KIP-925 C, KIP-708).
+
+    Where replicas must differ: by ``rack_aware_assignment_tags`` when configured (KIP-925
+    D.IV: tags carry more than ``client.rack``, and KIP-708 works without a rack strategy),
+    else by rack when a strategy is set and every client has a rack. Traffic swaps run only
+    when rack-aware placement itself runs (``stand_down_reason`` is empty).
+    """
+    tags = config.rack_aware_assignment_tags
+    racks_known = all(group.states[c].rack is not None for c in group.clients)
+    with_racks = config.rack_aware_strategy != RackAwareStrategy.NONE and racks_known
+    if not tags and not with_racks:
+        return dict(standbys)
+    if tags:
+        location = {c: tuple(group.states[c].tags.get(key, "") for key in tags) for c in group.clients}
+    else:
+        location = {c: (group.states[c].rack,) for c in group.clients}
+    traffic = None
+    if not stand_down_reason(group, config):
+        racks = sorted({group.states[c].rack for c in group.clients})
+        traffic = (cross_rack_matrix(group, group.stateful, racks), racks, stateful_costs(config))
+    if config.assignor == AssignorKind.STICKY:
+        anchors = {t: group.prev_standby_holders.get(t, frozenset()) for t in group.stateful}
+    else:
+        anchors = {t: frozenset(standbys.get(t, ())) for t in group.stateful}
+    return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic)

@@ -12,13 +12,10 @@ from tests.conftest import load_worked_scenarios
 SCENARIOS = load_worked_scenarios()
 
 
-RACK_AWARE_PENDING = pytest.mark.xfail(strict=True, reason="KIP-925 rack awareness lands with issue 3")
-
-
 @pytest.mark.parametrize(
     "document",
     [
-        pytest.param(doc, id=name.replace("_", "-"), marks=[RACK_AWARE_PENDING] if name.startswith("kip925") else [])
+        pytest.param(doc, id=name.replace("_", "-"))
         for name, doc in SCENARIOS
     ],
 )

@@ -1,0 +1,220 @@
+"""KIP-925 4.B as a min-cost flow whose size grows with tasks x racks, not tasks x clients.
+
+The rack-aware step (``assignor.rack_aware``) hands this module a ``PlacementProblem``: tasks
+with their cross-rack partition counts per rack, clients with a rack and a fixed number of
+slots (the balanced target's counts), each task's *target* client and *anchor* client (the
+client the non-overlap cost of KIP-925 4.B.III refers to: the target with the
+high-availability assignor, the previous owner with the sticky one, KIP-925 "Summary").
+
+The price of task t on client c, in the order of priority the solver sees it:
+
+    TIE_SCALE * (traffic * cross[t][rack(c)] + non_overlap * [c != anchor(t)]) + [c != target(t)]
+
+``TIE_SCALE`` exceeds the number of tasks, so the last term only breaks ties between
+placements of equal KIP-925 cost, in favour of the balanced target (stability when the
+configured non-overlap cost is 0, as for stateless tasks).
+
+Why the compressed graph is exact (docs/rack-awareness.md has the long form): besides its
+target and anchor, every client of rack r prices task t the same, so a task needs one arc
+per rack (at that common price) plus one direct arc per special client (at its exact, lower
+price). Every assignment of the full bipartite graph is a flow here of the same cost, and
+every flow here decomposes into an assignment whose cost is at most the flow's (a task that
+reaches its own special client through the rack node pays less than the flow says). Hence
+the optimal costs are equal. ``solve_full`` builds the KIP's own graph (every task to every
+client) so that tests and benchmarks can check this on real instances.
+
+KIP-925 4.B.II (balance_subtopology) adds a (subtopology, client) layer whose arcs into the
+client carry the cap ceil(S[j] * C[i] / N). A feasible flow always exists (the KIP's open
+question "how to prove this mathematically?"): x[j][i] = S[j] * C[i] / N is a fractional
+transportation plan within the caps, and transportation polytopes have integral vertices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from assignor.flow import FlowGraph
+
+BIG = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementProblem:
+    """One balanced assignment to reshape. Tasks and clients are indices, in sorted order.
+
+    ``cross[t, r]``: input partitions of task t with no replica in rack r. ``slots[c]``: how
+    many tasks client c keeps. ``target[t]``/``anchor[t]``: client indices (anchor -1: none).
+    ``keys[t]``: the subtopology index whose cap applies, ``caps[k, c]`` its cap on c (None:
+    min_traffic, no caps).
+    """
+
+    cross: np.ndarray  # (tasks, racks) int64
+    client_rack: np.ndarray  # (clients,) int64
+    slots: np.ndarray  # (clients,) int64
+    target: np.ndarray  # (tasks,) int64
+    anchor: np.ndarray  # (tasks,) int64
+    traffic_cost: int
+    non_overlap_cost: int
+    keys: np.ndarray | None = None  # (tasks,) int64
+    caps: np.ndarray | None = None  # (keys, clients) int64
+
+    @property
+    def tie_scale(self) -> int:
+        return len(self.target) + 1
+
+    def kip_cost(self, assignment: np.ndarray) -> int:
+        """KIP-925 4.B.III's cost of an assignment (no tie-break)."""
+        tasks = np.arange(len(assignment))
+        traffic = self.cross[tasks, self.client_rack[assignment]].sum()
+        moved = np.count_nonzero(assignment != self.anchor)
+        return int(self.traffic_cost * traffic + self.non_overlap_cost * moved)
+
+    def cost(self, assignment: np.ndarray) -> int:
+        """The solver's objective: KIP cost, then overlap with the target as a tie-break."""
+        return self.tie_scale * self.kip_cost(assignment) + int(np.count_nonzero(assignment != self.target))
+
+    def cost_matrix(self) -> np.ndarray:
+        """Every (task, client) price: what the full formulation needs, tasks x clients."""
+        tasks = len(self.target)
+        clients = np.arange(len(self.client_rack))
+        kip = self.traffic_cost * self.cross[:, self.client_rack]
+        kip = kip + self.non_overlap_cost * (clients[None, :] != self.anchor[:, None])
+        return self.tie_scale * kip + (clients[None, :] != self.target[:, None]) if tasks else kip
+
+
+def solve_compressed(problem: PlacementProblem) -> np.ndarray:
+    """The optimal assignment (task index -> client index) on the tasks x racks graph."""
+    tasks, racks = problem.cross.shape
+    clients = len(problem.client_rack)
+    if tasks == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = problem.keys if problem.keys is not None else np.zeros(tasks, dtype=np.int64)
+    key_count = int(keys.max()) + 1
+    caps = problem.caps if problem.caps is not None else np.broadcast_to(problem.slots, (key_count, clients))
+    scale = problem.tie_scale
+    graph = FlowGraph()
+    task_nodes = np.asarray(graph.nodes(tasks))
+    key_rack = np.asarray(graph.nodes(key_count * racks)).reshape(key_count, racks)
+    key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
+    client_nodes = np.asarray(graph.nodes(clients))
+    sink = graph.node()
+    for node in task_nodes.tolist():
+        graph.supply(node, 1)
+    graph.supply(sink, -tasks)
+
+    # Rack arcs: the price of any client of the rack that is neither target nor anchor.
+    generic = scale * (problem.traffic_cost * problem.cross + problem.non_overlap_cost) + 1
+    rack_arcs = graph.arcs(np.repeat(task_nodes, racks), key_rack[keys].ravel(), 1, generic.ravel())
+    # Direct arcs to the target and, if another client, the anchor, at their exact price.
+    graph.arcs(task_nodes, key_client[keys, problem.target], 1, _price(problem, problem.target))
+    other = (problem.anchor >= 0) & (problem.anchor != problem.target)
+    anchors = problem.anchor[other]
+    graph.arcs(task_nodes[other], key_client[keys[other], anchors], 1, _price(problem, anchors, other))
+    # Rack node -> its clients, then the subtopology cap, then the client's slots.
+    spread = graph.arcs(key_rack[:, problem.client_rack].ravel(), key_client.ravel(), BIG, 0)
+    graph.arcs(key_client.ravel(), np.tile(client_nodes, key_count), np.asarray(caps).ravel(), 0)
+    graph.arcs(client_nodes, sink, problem.slots, 0)
+    graph.solve()
+
+    assignment = np.full(tasks, -1, dtype=np.int64)
+    direct_target = graph.flows(range(rack_arcs.stop, rack_arcs.stop + tasks))
+    assignment[direct_target > 0] = problem.target[direct_target > 0]
+    anchor_flows = graph.flows(range(rack_arcs.stop + tasks, rack_arcs.stop + tasks + len(anchors)))
+    anchored = np.flatnonzero(other)[anchor_flows > 0]
+    assignment[anchored] = problem.anchor[anchored]
+    via_rack = graph.flows(rack_arcs).reshape(tasks, racks)
+    slots_left = graph.flows(spread).reshape(key_count, clients).copy()
+    _deal(problem, keys, via_rack, slots_left, assignment)
+    return assignment
+
+
+def _price(problem: PlacementProblem, clients: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Exact solver price of each task (under ``mask``) on the given client."""
+    tasks = np.arange(len(problem.target)) if mask is None else np.flatnonzero(mask)
+    kip = problem.traffic_cost * problem.cross[tasks, problem.client_rack[clients]]
+    kip = kip + problem.non_overlap_cost * (clients != problem.anchor[tasks])
+    return problem.tie_scale * kip + (clients != problem.target[tasks])
+
+
+def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slots_left: np.ndarray,
+          assignment: np.ndarray) -> None:
+    """Turn the rack-level flow into clients: any pairing is optimal (module docstring).
+
+    Deterministic: a task whose target (then anchor) has a slot of its rack node left goes
+    there (it then costs less than the flow says); the others take the remaining slots of
+    their rack node in turns over the clients, in task order.
+    """
+    tasks_at = np.flatnonzero(via_rack.any(axis=1))
+    if len(tasks_at) == 0:
+        return
+    rack_of_task = via_rack[tasks_at].argmax(axis=1)
+    waiting: dict[tuple[int, int], list[int]] = {}
+    for task, rack in zip(tasks_at.tolist(), rack_of_task.tolist(), strict=True):
+        key = int(keys[task])
+        placed = False
+        for special in (int(problem.target[task]), int(problem.anchor[task])):
+            if special >= 0 and problem.client_rack[special] == rack and slots_left[key, special] > 0:
+                slots_left[key, special] -= 1
+                assignment[task] = special
+                placed = True
+                break
+        if not placed:
+            waiting.setdefault((key, rack), []).append(task)
+    for (key, rack), tasks in sorted(waiting.items()):
+        members = np.flatnonzero(problem.client_rack == rack)
+        turn = [int(c) for c in members if slots_left[key, c] > 0]
+        dealt = 0
+        while dealt < len(tasks):
+            next_turn = []
+            for client in turn:
+                if dealt == len(tasks):
+                    break
+                assignment[tasks[dealt]] = client
+                dealt += 1
+                slots_left[key, client] -= 1
+                if slots_left[key, client] > 0:
+                    next_turn.append(client)
+            turn = next_turn
+
+
+def solve_full(problem: PlacementProblem) -> np.ndarray:
+    """KIP-925's own graph: every task to every client (or to every (subtopology, client)).
+
+    tasks x clients arcs: for tests and benchmark optimality gaps, not for production.
+    """
+    tasks, _ = problem.cross.shape
+    clients = len(problem.client_rack)
+    if tasks == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = problem.keys if problem.keys is not None else np.zeros(tasks, dtype=np.int64)
+    key_count = int(keys.max()) + 1
+    caps = problem.caps if problem.caps is not None else np.broadcast_to(problem.slots, (key_count, clients))
+    graph = FlowGraph()
+    task_nodes = np.asarray(graph.nodes(tasks))
+    key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
+    client_nodes = np.asarray(graph.nodes(clients))
+    sink = graph.node()
+    for node in task_nodes.tolist():
+        graph.supply(node, 1)
+    graph.supply(sink, -tasks)
+    arcs = graph.arcs(np.repeat(task_nodes, clients), key_client[keys].ravel(), 1, problem.cost_matrix().ravel())
+    graph.arcs(key_client.ravel(), np.tile(client_nodes, key_count), np.asarray(caps).ravel(), 0)
+    graph.arcs(client_nodes, sink, problem.slots, 0)
+    graph.solve()
+    return graph.flows(arcs).reshape(tasks, clients).argmax(axis=1).astype(np.int64)
+
+
+def subtopology_caps(keys: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """KIP-925 4.B.II: at most ceil(S[j] * C[i] / N) tasks of subtopology j on client i."""
+    sizes = np.bincount(keys)
+    total = int(slots.sum())
+    if total == 0:
+        return np.zeros((len(sizes), len(slots)), dtype=np.int64)
+    return -(-(sizes[:, None] * slots[None, :]) // total)
+
+
+def index_of(values: Sequence[str]) -> dict[str, int]:
+    return {value: index for index, value in enumerate(values)}

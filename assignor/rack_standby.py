@@ -1,0 +1,249 @@
+"""Standbys across racks and client tags (KIP-925 C, KIP-708), by count-preserving swaps.
+
+``assignor.rack_aware`` calls this on the balanced standby target. Every move here swaps two
+standbys between two clients, so each client keeps its standby count and balance is what the
+target made it; a swap is taken only if both tasks keep distinct clients, neither lands on its
+own active's client, and it strictly improves, in this order (KIP-925 C's list):
+
+1. *spread* (KIP-925 C items 2-3, KIP-708): per location key (each configured tag, or the
+   rack), a standby sharing the active's value costs ``replicas`` points and each further
+   repeated value one point. A key with fewer values than replicas can never reach 0: it is
+   relaxed by this very measure, not an error. Swaps lowering the two tasks' sum are taken.
+2. *traffic* (KIP-925 C.I, "Balance reliability over cost"): swaps between two racks that
+   lower traffic + non-overlap cost and leave neither task's spread worse.
+
+Both passes repeat until nothing changes, so feeding the output back changes nothing. The
+partner search is greedy, as the KIP proposes: not a global optimum. A clear bound on
+partner checks keeps adversarial groups fast (``SEARCH_BUDGET``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from assignor.model import TaskId
+from assignor.rack_flow import index_of
+from assignor.target import Group
+
+SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
+LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
+MAX_ROUNDS = 50
+
+
+class _Standbys:
+    """The private, mutable builder: standby holders by task and tasks by client, as indices."""
+
+    def __init__(self, group: Group, actives: Mapping[TaskId, str], standbys: Mapping[TaskId, tuple[str, ...]],
+                 location: Mapping[str, tuple[str, ...]]) -> None:
+        self.clients = group.clients
+        client_index = index_of(self.clients)
+        self.tasks = tuple(t for t in group.stateful if standbys.get(t))
+        self.active = [client_index[actives[t]] for t in self.tasks]
+        self.holders = [sorted(client_index[c] for c in standbys[t]) for t in self.tasks]
+        self.on_client: list[set[int]] = [set() for _ in self.clients]
+        for task, holders in enumerate(self.holders):
+            for client in holders:
+                self.on_client[client].add(task)
+        values = [index_of(sorted({location[c][k] for c in self.clients})) for k in range(len(location[self.clients[0]]))]
+        self.loc = [tuple(values[k][location[c][k]] for k in range(len(values))) for c in self.clients]
+        self.classes = sorted(set(self.loc))
+        self.members = {cls: [c for c, here in enumerate(self.loc) if here == cls] for cls in self.classes}
+        self.cursor = dict.fromkeys(self.classes, 0)
+        self.weight = max((len(h) for h in self.holders), default=0) + 1
+        self.budget = SEARCH_BUDGET
+
+    def spread(self, task: int, holder_locs: list[tuple[int, ...]]) -> int:
+        active = self.loc[self.active[task]]
+        score = 0
+        for key, value in enumerate(active):
+            seen = [loc[key] for loc in holder_locs]
+            score += self.weight * seen.count(value) + len(seen) + 1 - len(set(seen) | {value})
+        return score
+
+    def spread_now(self, task: int) -> int:
+        return self.spread(task, [self.loc[c] for c in self.holders[task]])
+
+    def spread_if(self, task: int, leaving: int, arriving_loc: tuple[int, ...]) -> int:
+        return self.spread(task, [arriving_loc if c == leaving else self.loc[c] for c in self.holders[task]])
+
+    def may_take(self, task: int, client: int) -> bool:
+        return client != self.active[task] and client not in self.holders[task]
+
+    def swap(self, task: int, client: int, other: int, other_client: int) -> None:
+        """``task`` moves from ``client`` to ``other_client``, ``other`` the opposite way."""
+        for who, leave, arrive in ((task, client, other_client), (other, other_client, client)):
+            holders = self.holders[who]
+            holders[holders.index(leave)] = arrive
+            holders.sort()
+            self.on_client[leave].discard(who)
+            self.on_client[arrive].add(who)
+
+    def result(self, standbys: Mapping[TaskId, tuple[str, ...]]) -> dict[TaskId, tuple[str, ...]]:
+        out = dict(standbys)
+        for task, holders in zip(self.tasks, self.holders, strict=True):
+            out[task] = tuple(self.clients[c] for c in holders)
+        return out
+
+
+def spread_and_swap_standbys(
+    group: Group,
+    actives: Mapping[TaskId, str],
+    standbys: Mapping[TaskId, tuple[str, ...]],
+    location: Mapping[str, tuple[str, ...]],
+    anchors: Mapping[TaskId, frozenset[str]],
+    traffic: tuple[np.ndarray, list[str], tuple[int, int]] | None,
+) -> dict[TaskId, tuple[str, ...]]:
+    """Spread standbys (by ``location``), then, given ``traffic``, swap them for less of it."""
+    state = _Standbys(group, actives, standbys, location)
+    if not state.tasks:
+        return dict(standbys)
+    pricing = None
+    if traffic is not None:
+        cross, racks, costs = traffic
+        stateful_row = index_of(group.stateful)
+        rows = np.array([stateful_row[t] for t in state.tasks], dtype=np.int64)
+        rack_index = index_of(racks)
+        client_rack = [rack_index[group.states[c].rack] for c in group.clients]
+        client_index = index_of(group.clients)
+        anchored = [frozenset(client_index[c] for c in anchors.get(t, ()) if c in client_index) for t in state.tasks]
+        pricing = _Pricing(cross[rows], client_rack, costs, anchored, len(racks))
+    for _ in range(MAX_ROUNDS):
+        changed = _spread_pass(state)
+        if pricing is not None:
+            changed = _traffic_pass(state, pricing) or changed
+        if not changed:
+            break
+    return state.result(standbys)
+
+
+def _spread_pass(state: _Standbys) -> bool:
+    """Repeat until stable: for each task in order, swap a standby to a better location."""
+    any_change = False
+    changed = True
+    while changed:
+        changed = False
+        for task in range(len(state.tasks)):
+            while _improve_spread(state, task):
+                changed = any_change = True
+    return any_change
+
+
+def _improve_spread(state: _Standbys, task: int) -> bool:
+    current = state.spread_now(task)
+    if current == 0:
+        return False
+    for client in list(state.holders[task]):
+        options = []
+        for cls in state.classes:
+            if cls != state.loc[client]:
+                score = state.spread_if(task, client, cls)
+                if score < current:
+                    options.append((score, cls))
+        for score, cls in sorted(options):
+            partner = _find_partner(state, task, client, cls, current - score)
+            if partner is not None:
+                state.swap(task, client, partner[1], partner[0])
+                return True
+    return False
+
+
+def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...], gain: int) -> tuple[int, int] | None:
+    """A standby (other_client, other) at ``cls`` that may trade places with ``task`` on ``client``.
+
+    Scans every client of the location (from a rotating start, so that successive searches
+    spread their swaps), hence "none found" does not depend on where the scan began.
+    """
+    members = state.members[cls]
+    start = state.cursor[cls]
+    arriving = state.loc[client]
+    for step in range(len(members)):
+        other_client = members[(start + step) % len(members)]
+        if not state.may_take(task, other_client):
+            continue
+        for other in sorted(state.on_client[other_client]):
+            state.budget -= 1
+            if state.budget < 0:
+                return None
+            if not state.may_take(other, client):
+                continue
+            loss = state.spread_if(other, other_client, arriving) - state.spread_now(other)
+            if loss < gain:
+                state.cursor[cls] = (start + step + 1) % len(members)
+                return other_client, other
+    return None
+
+
+class _Pricing:
+    """KIP-925 getCost for a standby: traffic per cross-rack partition + non-overlap."""
+
+    def __init__(self, cross: np.ndarray, client_rack: list[int], costs: tuple[int, int],
+                 anchored: list[frozenset[int]], racks: int) -> None:
+        self.cross = cross.tolist()
+        self.client_rack = client_rack
+        self.traffic, self.non_overlap = costs
+        self.anchored = anchored
+        self.racks = racks
+
+    def cost(self, task: int, client: int) -> int:
+        return (self.traffic * self.cross[task][self.client_rack[client]]
+                + self.non_overlap * (client not in self.anchored[task]))
+
+
+def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
+    """One round of KIP-925 C.I swaps between each ordered pair of racks, best gains first."""
+    by_rack: list[list[tuple[int, int]]] = [[] for _ in range(pricing.racks)]
+    for client, tasks in enumerate(state.on_client):
+        for task in sorted(tasks):
+            by_rack[pricing.client_rack[client]].append((task, client))
+    changed = False
+    cross = pricing.cross
+    for a in range(pricing.racks):
+        for b in range(pricing.racks):
+            if a == b:
+                continue
+            movers = sorted((cross[t][b] - cross[t][a], t, c) for t, c in by_rack[a] if cross[t][a] > cross[t][b])
+            if not movers:
+                continue
+            partners = sorted((cross[u][a] - cross[u][b], u, d) for u, d in by_rack[b])
+            used: set[int] = set()
+            first = 0
+            for delta_t, task, client in movers:
+                if client not in state.holders[task]:
+                    continue
+                tried = 0
+                index = first
+                while index < len(partners) and tried < LOOKAHEAD:
+                    delta_u, other, other_client = partners[index]
+                    if delta_t + delta_u >= 0:
+                        break
+                    if index in used or other_client not in state.holders[other]:
+                        if index == first:
+                            first += 1
+                        index += 1
+                        continue
+                    tried += 1
+                    if _traffic_swap_ok(state, pricing, task, client, other, other_client):
+                        state.swap(task, client, other, other_client)
+                        used.add(index)
+                        changed = True
+                        break
+                    index += 1
+            if changed:
+                by_rack = [[] for _ in range(pricing.racks)]
+                for c, tasks in enumerate(state.on_client):
+                    for t in sorted(tasks):
+                        by_rack[pricing.client_rack[c]].append((t, c))
+    return changed
+
+
+def _traffic_swap_ok(state: _Standbys, pricing: _Pricing, task: int, client: int, other: int, other_client: int) -> bool:
+    if not (state.may_take(task, other_client) and state.may_take(other, client)):
+        return False
+    before = pricing.cost(task, client) + pricing.cost(other, other_client)
+    after = pricing.cost(task, other_client) + pricing.cost(other, client)
+    if after >= before:
+        return False
+    return (state.spread_if(task, client, state.loc[other_client]) <= state.spread_now(task)
+            and state.spread_if(other, other_client, state.loc[client]) <= state.spread_now(other))
