@@ -22,9 +22,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from assignor.model import LATEST, UNKNOWN, TaskId
+import structlog
+
+from assignor.model import LATEST, UNKNOWN, InvalidInput, TaskId
 from client.state import ChangelogPartition, StateDirectory
 from client.topology import Topology
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +108,11 @@ class CheckpointLagSource:
         ends = self._fetch_end_offsets(tasks)
         positions: dict[TaskId, tuple[dict[str, LagInfo] | None, bool]] = {}
         for task in tasks:
-            checkpoint = self.directory.read_checkpoint(task)
+            try:
+                checkpoint = self.directory.read_checkpoint(task)
+            except InvalidInput as error:  # a corrupt checkpoint: the state is there, its position is not
+                log.warning("lags.checkpoint.unreadable", task=str(task), error=str(error))
+                checkpoint = None
             infos: dict[str, LagInfo] | None = {}
             for store, changelog in self._changelogs(task):
                 if changelog is None:  # logging disabled: contributes zero

@@ -96,6 +96,25 @@ def default_partitioner(serializer: Callable[[Any], bytes] = default_serializer)
     return partition
 
 
+def partition_for_key(
+    topology: Topology,
+    store: str,
+    key: Any,
+    serializer: Callable[[Any], bytes] | None = None,
+    partitioner: StreamPartitioner | None = None,
+) -> int:
+    """The store partition of ``key``: a given partitioner, or Kafka's default over the key's
+    bytes (``serializer``, default UTF-8 for str). Not both."""
+    if serializer is not None and partitioner is not None:
+        raise InvalidInput("partitioner", "give a serializer or a partitioner, not both")
+    sub, _ = topology.store(store)
+    chosen = partitioner or default_partitioner(serializer or default_serializer)
+    partition = chosen(sub.source_topics[0], key, sub.partitions)
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < sub.partitions:
+        raise InvalidInput("partitioner", f"returned {partition!r}; expected 0..{sub.partitions - 1}")
+    return partition
+
+
 @dataclass(frozen=True, slots=True)
 class KeyQueryMetadata:
     """KIP-535 ``KeyQueryMetadata``: where a key of a store lives. ``active_host`` is None when
@@ -181,14 +200,7 @@ class ClusterMetadata:
     ) -> KeyQueryMetadata:
         """KIP-535 ``queryMetadataForKey``: with a serializer (Kafka's default partitioner over its
         bytes) or a partitioner, not both."""
-        if serializer is not None and partitioner is not None:
-            raise InvalidInput("partitioner", "give a serializer or a partitioner, not both")
-        sub, _ = self.topology.store(store)
-        chosen = partitioner or default_partitioner(serializer or default_serializer)
-        partition = chosen(sub.source_topics[0], key, sub.partitions)
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < sub.partitions:
-            raise InvalidInput("partitioner", f"returned {partition!r}; expected 0..{sub.partitions - 1}")
-        return self.query_metadata_for_partition(store, partition)
+        return self.query_metadata_for_partition(store, partition_for_key(self.topology, store, key, serializer, partitioner))
 
     def query_metadata_for_partition(self, store: str, partition: int) -> KeyQueryMetadata:
         sub, _ = self.topology.store(store)

@@ -120,3 +120,9 @@ def test_topology_validation_names_the_field(subtopologies, field):
     with pytest.raises(InvalidInput) as error:
         Topology("app", subtopologies)
     assert error.value.field == field
+
+
+def test_a_corrupt_checkpoint_reports_unknown_not_an_error(directory):
+    directory.create(TaskId(2, 0))
+    (directory.task_dir(TaskId(2, 0)) / ".checkpoint").write_text("7\ngarbage\n")
+    assert source(directory).task_lags() == {TaskId(2, 0): UNKNOWN}

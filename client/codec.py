@@ -1,0 +1,111 @@
+"""The client's wire edge: client values to ``remote_leader.v1`` messages and back.
+
+The only module of ``client/`` besides the sidecar servicer that knows protobuf types, so the
+member's logic, the metadata and the tests speak domain values (house style: "Boundaries").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from assignor.model import AssignmentConfig, TaskId
+from client.assignment import HostInfo, MemberAssignment
+from client.topology import Topology
+from remote_leader.v1 import assignment_pb2 as apb
+from remote_leader.v1 import group_leader_pb2 as pb
+
+_ASSIGNOR = {"high_availability": apb.ASSIGNOR_KIND_HIGH_AVAILABILITY, "sticky": apb.ASSIGNOR_KIND_STICKY}
+_RACK_STRATEGY = {
+    "none": apb.RACK_AWARE_STRATEGY_NONE,
+    "min_traffic": apb.RACK_AWARE_STRATEGY_MIN_TRAFFIC,
+    "balance_subtopology": apb.RACK_AWARE_STRATEGY_BALANCE_SUBTOPOLOGY,
+}
+
+
+def task_to_proto(task: TaskId) -> apb.TaskId:
+    return apb.TaskId(subtopology=task.subtopology, partition=task.partition)
+
+
+def task_from_proto(message: apb.TaskId) -> TaskId:
+    return TaskId(message.subtopology, message.partition)
+
+
+def tasks_to_proto(tasks: Iterable[TaskId]) -> list[apb.TaskId]:
+    return [task_to_proto(t) for t in sorted(tasks)]
+
+
+def host_to_proto(host: HostInfo) -> pb.HostInfo:
+    return pb.HostInfo(host=host.host, port=host.port)
+
+
+def host_from_proto(message: pb.HostInfo) -> HostInfo:
+    return HostInfo(message.host, message.port)
+
+
+def topology_to_proto(topology: Topology) -> pb.Topology:
+    return pb.Topology(subtopologies=[
+        pb.Subtopology(
+            id=sub.id,
+            source_topics=[pb.SourceTopic(name=topic, partition_count=sub.partitions) for topic in sub.source_topics],
+            state_stores=[pb.StateStore(name=store.name, logged=store.logged) for store in sub.stores],
+        )
+        for sub in topology.subtopologies
+    ])
+
+
+def config_to_proto(config: AssignmentConfig) -> apb.AssignmentConfig:
+    message = apb.AssignmentConfig(
+        assignor=_ASSIGNOR[config.assignor.value],
+        acceptable_recovery_lag=config.acceptable_recovery_lag,
+        max_warmup_replicas=config.max_warmup_replicas,
+        num_standby_replicas=config.num_standby_replicas,
+        probing_rebalance_interval_ms=config.probing_rebalance_interval_ms,
+        balance_factor=config.balance_factor,
+        rack_aware_strategy=_RACK_STRATEGY[config.rack_aware_strategy.value],
+        rack_aware_assignment_tags=list(config.rack_aware_assignment_tags),
+    )
+    if config.rack_aware_traffic_cost is not None:
+        message.rack_aware_traffic_cost = config.rack_aware_traffic_cost
+    if config.rack_aware_non_overlap_cost is not None:
+        message.rack_aware_non_overlap_cost = config.rack_aware_non_overlap_cost
+    return message
+
+
+def task_lags_to_proto(lags: Mapping[TaskId, int]) -> list[apb.TaskLag]:
+    return [apb.TaskLag(task=task_to_proto(task), lag=lag) for task, lag in sorted(lags.items())]
+
+
+def lag_report(lags: Mapping[TaskId, int]) -> pb.LagReport:
+    return pb.LagReport(task_lags=task_lags_to_proto(lags))
+
+
+def _host_tasks(entries: Iterable[pb.HostPartitions], topology: Topology) -> dict[HostInfo, frozenset[TaskId]]:
+    """KIP-535 ``partitionsByHost`` back to tasks: a store partition p of a store of subtopology
+    s, or a source-topic partition p of s, is task s_p."""
+    by_topic = {topic: sub.id for sub in topology.subtopologies for topic in sub.source_topics}
+    by_store = {store.name: sub.id for sub in topology.subtopologies for store in sub.stores}
+    result: dict[HostInfo, set[TaskId]] = {}
+    for entry in entries:
+        if not entry.HasField("host") or not entry.host.host:
+            continue
+        tasks = result.setdefault(host_from_proto(entry.host), set())
+        for tp in entry.partitions:
+            if tp.topic in by_topic:
+                tasks.add(TaskId(by_topic[tp.topic], tp.partition))
+        for sp in entry.store_partitions:
+            if sp.store in by_store:
+                tasks.add(TaskId(by_store[sp.store], sp.partition))
+    return {host: frozenset(tasks) for host, tasks in result.items()}
+
+
+def assignment_from_proto(message: pb.Assignment, generation: int, topology: Topology) -> MemberAssignment:
+    standby = tuple(sorted(task_from_proto(t.task) for t in message.standby_tasks))
+    return MemberAssignment(
+        generation=generation,
+        active=tuple(sorted(task_from_proto(t.task) for t in message.active_tasks)),
+        standby=standby,
+        warmup=frozenset(task_from_proto(t.task) for t in message.standby_tasks if t.warmup),
+        next_rebalance_ms=message.next_rebalance_ms if message.HasField("next_rebalance_ms") else None,
+        active_by_host=_host_tasks(message.partitions_by_host, topology),
+        standby_by_host=_host_tasks(message.standby_partitions_by_host, topology),
+    )

@@ -1,0 +1,576 @@
+"""The asyncio group member: what a stream worker embeds to take part in a remote-led group.
+
+One ``GroupMember`` per worker process runs Kafka's classic group protocol against the remote
+leader (``remote_leader.v1.GroupLeader``): JoinGroup → SyncGroup → a Heartbeat loop, rejoining
+when the leader answers REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID. Around
+that loop sit the worker-side duties of KIP-441:
+
+- lags: each JoinGroup carries the lag source's task lags; each heartbeat carries fresh lags of
+  the assigned tasks, so the leader sees warm-ups and standbys catch up (its early probe);
+- "Race between assignment and state cleanup": the member takes the state-cleanup lock before it
+  computes the lags it reports and releases it only after the resulting assignment has been
+  applied (the worker's callback has returned), so ``client.state.StateCleaner`` can never delete
+  state that was just reported and received;
+- the worker learns its assignment through one callback with the ``AssignmentChange``.
+
+Transport faults are retried twice over: grpc's own retry policy (service config) for a brief
+UNAVAILABLE, then the member's backoff with jitter for longer outages. Fatal protocol outcomes
+(fenced static member, inconsistent topology or config, invalid session timeout, a requested
+shutdown) stop the member with ``MemberError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import inspect
+import json
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import grpc
+import structlog
+
+from assignor.model import AssignmentConfig, InvalidInput, Role, TaskId
+from client import codec
+from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, HostInfo, MemberAssignment, diff
+from client.lags import LagInfo, LagSource
+from client.metadata import (
+    ClusterMetadata,
+    KeyQueryMetadata,
+    StreamPartitioner,
+    local_store_partition_lags,
+    partition_for_key,
+)
+from client.state import StateCleanupLock
+from client.topology import Topology
+from remote_leader.v1 import errors_pb2 as epb
+from remote_leader.v1 import group_leader_pb2 as pb
+from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
+
+log = structlog.get_logger(__name__)
+
+LATEST_SUPPORTED_VERSION = 2
+"""The subscription/assignment metadata version this client speaks (group_leader.proto history)."""
+
+SERVICE_NAME = "remote_leader.v1.GroupLeader"
+
+RETRY_SERVICE_CONFIG = json.dumps({
+    "methodConfig": [{
+        "name": [{"service": SERVICE_NAME}],
+        "retryPolicy": {
+            "maxAttempts": 4,
+            "initialBackoff": "0.05s",
+            "maxBackoff": "1s",
+            "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE"],
+        },
+    }],
+})
+"""grpc retries a call that failed with UNAVAILABLE before any response (connection refused or
+reset, server draining): every GroupLeader call is safe to resend — JoinGroup and SyncGroup are
+keyed by member id and generation, Heartbeat and LeaveGroup are idempotent."""
+
+_TRANSIENT = frozenset({
+    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+})
+_REJOIN = frozenset({epb.ERROR_CODE_REBALANCE_IN_PROGRESS, epb.ERROR_CODE_ILLEGAL_GENERATION})
+_FATAL = frozenset({
+    epb.ERROR_CODE_FENCED_INSTANCE_ID, epb.ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL,
+    epb.ERROR_CODE_INVALID_SESSION_TIMEOUT, epb.ERROR_CODE_INVALID_GROUP_ID,
+})
+_LOCK_HOLDER = "member"
+
+
+def open_channel(target: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
+    """An insecure loopback/cluster channel with the GroupLeader retry policy switched on."""
+    return grpc.aio.insecure_channel(
+        target, options=[("grpc.enable_retries", 1), ("grpc.service_config", RETRY_SERVICE_CONFIG), *(options or [])])
+
+
+class MemberError(Exception):
+    """A fatal outcome: the member stopped and will not rejoin by itself."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class MemberState(enum.StrEnum):
+    CREATED = "created"
+    JOINING = "joining"  # JoinGroup/SyncGroup in flight; the cleanup lock is held
+    STABLE = "stable"  # holds an assignment and heartbeats
+    CLOSED = "closed"
+
+
+def _positive(name: str, value: object, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(name, f"expected an integer >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberConfig:
+    """A member's identity and timing. ``assignment_config`` travels in the subscription; every
+    member of a group must send the same one (the leader refuses a disagreeing newcomer)."""
+
+    group_id: str
+    topology: Topology
+    process_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    group_instance_id: str | None = None
+    endpoint: HostInfo | None = None
+    rack: str | None = None
+    client_tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    num_threads: int = 1
+    assignment_config: AssignmentConfig = AssignmentConfig()
+    session_timeout_ms: int = 10_000
+    rebalance_timeout_ms: int = 0
+    heartbeat_interval_ms: int = 3_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 5_000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group_id, str) or not self.group_id:
+            raise InvalidInput("group_id", "expected a non-empty string")
+        if self.group_instance_id is not None and (not isinstance(self.group_instance_id, str) or not self.group_instance_id):
+            raise InvalidInput("group_instance_id", "expected a non-empty string or none")
+        _positive("num_threads", self.num_threads)
+        _positive("session_timeout_ms", self.session_timeout_ms)
+        _positive("rebalance_timeout_ms", self.rebalance_timeout_ms, minimum=0)
+        _positive("heartbeat_interval_ms", self.heartbeat_interval_ms)
+        _positive("retry_backoff_ms", self.retry_backoff_ms)
+        _positive("retry_backoff_max_ms", self.retry_backoff_max_ms, minimum=self.retry_backoff_ms)
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise InvalidInput("heartbeat_interval_ms", "must be below session_timeout_ms (Kafka: about a third)")
+
+    @property
+    def join_timeout_s(self) -> float:
+        """JoinGroup long-polls for up to the rebalance timeout; allow 5 s more (Kafka's consumer does)."""
+        return (max(self.rebalance_timeout_ms, self.session_timeout_ms) + 5_000) / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedHost:
+    """One candidate of a routed query: KIP-535's host with the lag the leader last heard of."""
+
+    host: HostInfo
+    process_id: str
+    role: Role
+    lag: int
+    lag_age_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResult:
+    task: TaskId
+    partition: int
+    hosts: tuple[RoutedHost, ...]
+
+
+class RoutingError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+_ROLES = {1: Role.ACTIVE, 2: Role.STANDBY, 3: Role.WARMUP}
+
+
+async def route_query(
+    stub: pb_grpc.GroupLeaderStub,
+    group_id: str,
+    topology: Topology,
+    store: str,
+    *,
+    key: Any = None,
+    partition: int | None = None,
+    max_lag: int | None = None,
+    serializer: Callable[[Any], bytes] | None = None,
+    partitioner: StreamPartitioner | None = None,
+    timeout_s: float = 5.0,
+) -> RouteResult:
+    """Ask the leader where to send a query (GroupLeader.RouteQuery): the active host if its
+    member is alive, else the standbys within ``max_lag``, most caught up first. A router need
+    not be a member; it needs the topology to find the key's partition (KIP-535)."""
+    if (key is None) == (partition is None):
+        raise InvalidInput("key", "give a key or a partition, exactly one")
+    if partition is None:
+        partition = partition_for_key(topology, store, key, serializer, partitioner)
+    else:
+        topology.store(store)
+    if max_lag is not None:
+        _positive("max_lag", max_lag, minimum=0)
+    request = pb.RouteQueryRequest(group_id=group_id, store=store, partition=partition)
+    if max_lag is not None:
+        request.max_lag = max_lag
+    response = await stub.RouteQuery(request, timeout=timeout_s)
+    if response.error_code != epb.ERROR_CODE_NONE:
+        raise RoutingError(epb.ErrorCode.Name(response.error_code), response.error_message)
+    hosts = tuple(
+        RoutedHost(codec.host_from_proto(h.host), h.process_id, _ROLES.get(h.role, Role.STANDBY), h.lag, h.lag_age_ms)
+        for h in response.hosts
+    )
+    return RouteResult(codec.task_from_proto(response.task), partition, hosts)
+
+
+AssignmentCallback = Callable[[AssignmentChange], Awaitable[None] | None]
+
+
+class GroupMember:
+    """One worker process's membership in one group.
+
+    ``await member.start()`` begins joining in the background; ``wait_for_assignment`` waits
+    for one; ``close()`` leaves (or, for a static member that will come back, keeps its place
+    until its session times out, KIP-345).
+    """
+
+    def __init__(
+        self,
+        target: str | grpc.aio.Channel,
+        config: MemberConfig,
+        lag_source: LagSource,
+        *,
+        on_assignment: AssignmentCallback | None = None,
+        lock: StateCleanupLock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.lag_source = lag_source
+        self.lock = lock or StateCleanupLock()
+        self._on_assignment = on_assignment
+        self._owns_channel = isinstance(target, str)
+        self._channel = open_channel(target) if isinstance(target, str) else target
+        self._stub = pb_grpc.GroupLeaderStub(self._channel)
+        self._rng = rng or random.Random(config.process_id)
+        self._log = log.bind(group_id=config.group_id, process_id=config.process_id)
+        self.member_id = ""
+        self.generation = -1
+        self.state = MemberState.CREATED
+        self._version = LATEST_SUPPORTED_VERSION
+        self._assignment = EMPTY_ASSIGNMENT
+        self._metadata: ClusterMetadata | None = None
+        self._lock_held = False
+        self._changed = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._watchers: set[asyncio.Queue[AssignmentChange | None]] = set()
+        self.error: BaseException | None = None
+        self.rebalances = 0
+        self._rejoin_now = False
+
+    # ---- public surface -------------------------------------------------------------------
+
+    @property
+    def assignment(self) -> MemberAssignment:
+        return self._assignment
+
+    def assigned_tasks(self) -> frozenset[TaskId]:
+        """Every task the member holds a replica of: what the state cleaner must keep."""
+        return self._assignment.all_tasks()
+
+    @property
+    def metadata(self) -> ClusterMetadata | None:
+        return self._metadata
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"member-{self.config.process_id}")
+
+    async def wait_for_assignment(
+        self, predicate: Callable[[MemberAssignment], bool] = lambda a: a.generation >= 0, timeout: float | None = None
+    ) -> MemberAssignment:
+        async def wait() -> MemberAssignment:
+            while True:
+                if self.error is not None:
+                    raise self.error
+                if self.state == MemberState.STABLE and predicate(self._assignment):
+                    return self._assignment
+                if self.state == MemberState.CLOSED:
+                    raise MemberError("CLOSED", "the member is closed")
+                await self._changed.wait()
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    def subscribe(self) -> asyncio.Queue[AssignmentChange | None]:
+        """A queue of every applied assignment change from now on; ``None`` when the member stops."""
+        queue: asyncio.Queue[AssignmentChange | None] = asyncio.Queue()
+        self._watchers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[AssignmentChange | None]) -> None:
+        self._watchers.discard(queue)
+
+    def query_metadata_for_key(self, store: str, key: Any, serializer: Callable[[Any], bytes] | None = None,
+                               partitioner: StreamPartitioner | None = None) -> KeyQueryMetadata:
+        return self._require_metadata().query_metadata_for_key(store, key, serializer, partitioner)
+
+    def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
+        """KIP-535 ``allLocalStorePartitionLags``: the lags of this instance's assigned store partitions."""
+        return local_store_partition_lags(self.lag_source.store_partition_lags(), self.config.topology, self._assignment)
+
+    async def route_query(self, store: str, *, key: Any = None, partition: int | None = None,
+                          max_lag: int | None = None, serializer: Callable[[Any], bytes] | None = None,
+                          partitioner: StreamPartitioner | None = None) -> RouteResult:
+        return await route_query(self._stub, self.config.group_id, self.config.topology, store, key=key,
+                                 partition=partition, max_lag=max_lag, serializer=serializer, partitioner=partitioner)
+
+    async def close(self, *, leave: bool = True, will_come_back: bool = False) -> None:
+        """Stop. Leaves the group unless told not to, or unless this static member will come back
+        (then the leader keeps its place for the session timeout: no rebalance on a restart)."""
+        if self.state == MemberState.CLOSED and self._task is None:
+            return
+        self._closing.set()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        static_return = will_come_back and self.config.group_instance_id is not None
+        if will_come_back and self.config.group_instance_id is None:
+            self._log.warning("member.close.dynamic_cannot_come_back")
+        if leave and not static_return and self.member_id:
+            request = pb.LeaveGroupRequest(group_id=self.config.group_id, member_id=self.member_id)
+            if self.config.group_instance_id is not None:
+                request.group_instance_id = self.config.group_instance_id
+            try:
+                await self._stub.LeaveGroup(request, timeout=2.0)
+                self._log.info("member.left", member_id=self.member_id)
+            except grpc.aio.AioRpcError as error:
+                self._log.warning("member.leave.failed", code=error.code().name)
+        self._release_lock()
+        self._set_state(MemberState.CLOSED)
+        for queue in self._watchers:
+            queue.put_nowait(None)
+        if self._owns_channel:
+            await self._channel.close()
+
+    # ---- the protocol loop -----------------------------------------------------------------
+
+    def _set_state(self, state: MemberState) -> None:
+        self.state = state
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _run(self) -> None:
+        try:
+            while not self._closing.is_set():
+                await self._join_and_sync()
+                await self._heartbeat_until_rejoin()
+        except asyncio.CancelledError:
+            raise
+        except MemberError as error:
+            self._log.error("member.stopped", code=error.code, message=error.message)
+            self.error = error
+            self._release_lock()
+            self._set_state(MemberState.CLOSED)
+        except Exception as error:  # surfaced, not swallowed: the worker sees member.error
+            self._log.exception("member.crashed")
+            self.error = error
+            self._release_lock()
+            self._set_state(MemberState.CLOSED)
+
+    async def _backoff(self, attempt: int) -> None:
+        base = min(self.config.retry_backoff_max_ms, self.config.retry_backoff_ms * 2 ** min(attempt, 16))
+        await asyncio.sleep(base * (0.5 + self._rng.random() / 2) / 1000)
+
+    def _fatal_rpc(self, error: grpc.aio.AioRpcError) -> MemberError:
+        return MemberError(error.code().name, error.details() or "")
+
+    async def _take_lock(self) -> None:
+        if not self._lock_held:
+            await self.lock.acquire(_LOCK_HOLDER)
+            self._lock_held = True
+
+    def _release_lock(self) -> None:
+        if self._lock_held:
+            self._lock_held = False
+            self.lock.release(_LOCK_HOLDER)
+
+    def _subscription(self) -> pb.Subscription:
+        cfg = self.config
+        try:
+            lags = self.lag_source.task_lags()
+        except Exception:  # a broken lag source must not stop the member: report no state
+            self._log.exception("member.lags.failed")
+            lags = {}
+        subscription = pb.Subscription(
+            version=self._version,
+            latest_supported_version=LATEST_SUPPORTED_VERSION,
+            process_id=cfg.process_id,
+            client_tags=dict(cfg.client_tags),
+            num_threads=cfg.num_threads,
+            topology=codec.topology_to_proto(cfg.topology),
+            lags=codec.lag_report(lags),
+            config=codec.config_to_proto(cfg.assignment_config),
+        )
+        if cfg.endpoint is not None:
+            subscription.endpoint.CopyFrom(codec.host_to_proto(cfg.endpoint))
+        if cfg.rack is not None:
+            subscription.rack = cfg.rack
+        return subscription
+
+    def _with_instance(self, request: Any) -> Any:
+        if self.config.group_instance_id is not None:
+            request.group_instance_id = self.config.group_instance_id
+        return request
+
+    async def _join_and_sync(self) -> None:
+        """Join until a SyncGroup hands back this generation's assignment, then apply it."""
+        self._set_state(MemberState.JOINING)
+        attempt = 0
+        while True:
+            # KIP-441: take the lock *before* computing the lags we report.
+            await self._take_lock()
+            request = self._with_instance(pb.JoinGroupRequest(
+                group_id=self.config.group_id, member_id=self.member_id,
+                session_timeout_ms=self.config.session_timeout_ms,
+                rebalance_timeout_ms=self.config.rebalance_timeout_ms,
+                subscription=self._subscription(),
+            ))
+            try:
+                joined = await self._stub.JoinGroup(request, timeout=self.config.join_timeout_s)
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in _TRANSIENT:
+                    raise self._fatal_rpc(error) from None
+                self._log.info("member.join.retry", code=error.code().name, attempt=attempt)
+                await self._backoff(attempt)
+                attempt += 1
+                continue
+            if not await self._handle_code(joined.error_code, joined.error_message, "join", attempt):
+                attempt += 1
+                continue
+            self.member_id, self.generation = joined.member_id, joined.generation_id
+            synced = await self._sync()
+            if synced is None:
+                attempt += 1
+                continue
+            await self._apply(synced)
+            return
+
+    async def _sync(self) -> pb.Assignment | None:
+        request = self._with_instance(pb.SyncGroupRequest(
+            group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation))
+        attempt = 0
+        while True:
+            try:
+                response = await self._stub.SyncGroup(request, timeout=self.config.join_timeout_s)
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in _TRANSIENT:
+                    raise self._fatal_rpc(error) from None
+                await self._backoff(attempt)
+                attempt += 1
+                continue
+            if response.error_code == epb.ERROR_CODE_NONE:
+                return response.assignment
+            await self._handle_code(response.error_code, response.error_message, "sync", attempt)
+            return None
+
+    async def _handle_code(self, code: int, message: str, phase: str, attempt: int) -> bool:
+        """True on NONE; otherwise adjust (reset member id, back off) and return False to rejoin."""
+        if code == epb.ERROR_CODE_NONE:
+            return True
+        name = epb.ErrorCode.Name(code)
+        if code in _FATAL:
+            raise MemberError(name, message)
+        self._log.info(f"member.{phase}.rejoin", code=name, message=message)
+        if code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID:
+            self.member_id, self.generation = "", -1
+        elif code not in _REJOIN:  # COORDINATOR_NOT_AVAILABLE and anything unexpected: back off
+            await self._backoff(attempt)
+        return False
+
+    async def _apply(self, message: pb.Assignment) -> None:
+        error = message.error_code
+        if error == epb.ASSIGNOR_ERROR_SHUTDOWN_REQUESTED:
+            raise MemberError("SHUTDOWN_REQUESTED", "a member asked the whole group to shut down")
+        if error not in (epb.ASSIGNOR_ERROR_NONE, epb.ASSIGNOR_ERROR_VERSION_PROBING):
+            self._log.warning("member.assignment.error", error=epb.AssignorError.Name(error))
+        if error == epb.ASSIGNOR_ERROR_VERSION_PROBING and message.version:
+            self._version = min(message.version, LATEST_SUPPORTED_VERSION)
+        new = codec.assignment_from_proto(message, self.generation, self.config.topology)
+        change = diff(self._assignment, new)
+        self._assignment = new
+        self._metadata = ClusterMetadata(self.config.topology, new)
+        self.rebalances += 1
+        self._log.info("member.assignment.received", generation=self.generation, member_id=self.member_id,
+                       active=[str(t) for t in new.active], standby=[str(t) for t in new.standby],
+                       warmup=[str(t) for t in sorted(new.warmup)])
+        try:
+            if self._on_assignment is not None:
+                result = self._on_assignment(change)
+                if inspect.isawaitable(result):
+                    await result
+        except Exception:
+            self._log.exception("member.assignment.callback_failed", generation=self.generation)
+        finally:
+            # KIP-441: release only once the assignment is applied (onPartitionsAssigned).
+            self._release_lock()
+        for queue in self._watchers:
+            queue.put_nowait(change)
+        self._set_state(MemberState.STABLE)
+        if message.commonly_supported_version > self._version:
+            self._version = min(message.commonly_supported_version, LATEST_SUPPORTED_VERSION)
+            self._rejoin_now = True
+
+    def _heartbeat_lags(self) -> Mapping[TaskId, int]:
+        """Fresh lags of the assigned tasks: restoring actives, standbys and warm-ups with their
+        offsets, running actives as LATEST. They feed RouteQuery and the leader's early probe."""
+        try:
+            lags = self.lag_source.task_lags()
+        except Exception:
+            self._log.exception("member.lags.failed")
+            return {}
+        assigned = self._assignment.all_tasks()
+        return {task: lag for task, lag in lags.items() if task in assigned}
+
+    async def _heartbeat_until_rejoin(self) -> None:
+        interval = self.config.heartbeat_interval_ms / 1000
+        last_ok = time.monotonic()
+        attempt = 0
+        if self._rejoin_now:
+            self._rejoin_now = False
+            return
+        while not self._closing.is_set():
+            try:
+                await asyncio.wait_for(self._closing.wait(), interval)
+                return
+            except TimeoutError:
+                pass
+            request = self._with_instance(pb.HeartbeatRequest(
+                group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation,
+                lags=codec.lag_report(self._heartbeat_lags())))
+            try:
+                response = await self._stub.Heartbeat(request, timeout=self.config.session_timeout_ms / 1000)
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in _TRANSIENT:
+                    raise self._fatal_rpc(error) from None
+                attempt += 1
+                if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
+                    self._log.warning("member.heartbeat.session_lost", code=error.code().name)
+                    return
+                continue
+            if response.error_code == epb.ERROR_CODE_NONE:
+                last_ok, attempt = time.monotonic(), 0
+                if response.HasField("next_rebalance_ms") != (self._assignment.next_rebalance_ms is not None) or (
+                        response.HasField("next_rebalance_ms")
+                        and response.next_rebalance_ms != self._assignment.next_rebalance_ms):
+                    self._note_next_rebalance(response.next_rebalance_ms if response.HasField("next_rebalance_ms") else None)
+                continue
+            if not await self._handle_code(response.error_code, response.error_message, "heartbeat", attempt):
+                return
+
+    def _note_next_rebalance(self, next_rebalance_ms: int | None) -> None:
+        """The leader rescheduled (or cancelled) the probing rebalance: keep the assignment's
+        follow-up time current without a rebalance."""
+        self._assignment = dataclasses.replace(self._assignment, next_rebalance_ms=next_rebalance_ms)
+
+    def _require_metadata(self) -> ClusterMetadata:
+        if self._metadata is None:
+            raise MemberError("NO_ASSIGNMENT", "no assignment yet: metadata is built from the first one")
+        return self._metadata

@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC code (scripts/gen_proto.sh); do not edit."""
