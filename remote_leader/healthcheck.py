@@ -84,14 +84,20 @@ def _channel(address: str, tls_ca: str | None, server_name: str | None) -> grpc.
     return grpc.secure_channel(address, credentials, options=options)
 
 
-def check(address: str, service: str = "", timeout: float = 3.0, tls_ca: str | None = None,
-          server_name: str | None = None) -> tuple[int, str]:
+def check(
+    address: str,
+    service: str = "",
+    timeout: float = 3.0,
+    tls_ca: str | None = None,
+    server_name: str | None = None,
+) -> tuple[int, str]:
     """One Health/Check call: the exit status and a line saying why."""
     with _channel(address, tls_ca, server_name) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
-            response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout,
-                                  wait_for_ready=False)
+            response = stub.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout, wait_for_ready=False
+            )
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.NOT_FOUND:
                 # the health servicer's answer for a service name it does not know

@@ -89,10 +89,28 @@ def self_signed(tmp_path_factory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("tls")
     cert, key = directory / "tls.crt", directory / "tls.key"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-days", "2", "-subj", "/CN=remote-leader.test", "-addext", "subjectAltName=DNS:remote-leader.test",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=remote-leader.test",
+            "-addext",
+            "subjectAltName=DNS:remote-leader.test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
     return cert, key
 
@@ -136,7 +154,9 @@ def test_probe_address(listen, dialled):
     [
         pytest.param(["--address", "no-port"], "--address", id="address-without-port"),
         pytest.param(["--address", "h:http"], "--address", id="address-port-not-a-number"),
-        pytest.param(["--address", "127.0.0.1:1", "--tls-ca", "/nonexistent/ca.crt"], "--tls-ca", id="missing-ca"),
+        pytest.param(
+            ["--address", "127.0.0.1:1", "--tls-ca", "/nonexistent/ca.crt"], "--tls-ca", id="missing-ca"
+        ),
         pytest.param(["--address", "127.0.0.1:1", "--timeout", "0"], "--timeout", id="zero-timeout"),
     ],
 )
@@ -153,9 +173,15 @@ async def test_module_reads_the_servers_listen_setting():
     env["REMOTE_LEADER_LISTEN"] = f"0.0.0.0:{port}"
     try:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "remote_leader.healthcheck", "--service", GROUP_LEADER,
-            env=env, cwd=Path(__file__).resolve().parents[2],
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "remote_leader.healthcheck",
+            "--service",
+            GROUP_LEADER,
+            env=env,
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
     finally:

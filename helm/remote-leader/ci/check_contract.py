@@ -41,7 +41,9 @@ def problems(documents: list[dict], documented: set[str]) -> list[str]:
     statefulsets = [d for d in documents if d.get("kind") == "StatefulSet"]
     services = [d for d in documents if d.get("kind") == "Service" and d["spec"].get("clusterIP") != "None"]
     if len(statefulsets) != 1 or len(services) != 1:
-        return [f"expected one StatefulSet and one ClusterIP Service, got {len(statefulsets)} and {len(services)}"]
+        return [
+            f"expected one StatefulSet and one ClusterIP Service, got {len(statefulsets)} and {len(services)}"
+        ]
     pod = statefulsets[0]["spec"]["template"]["spec"]
     server = next((c for c in pod["containers"] if c["name"] == "server"), None)
     if server is None:
@@ -61,7 +63,9 @@ def problems(documents: list[dict], documented: set[str]) -> list[str]:
         found.append(f"grpc containerPort {ports.get('grpc')} is not the port of REMOTE_LEADER_LISTEN")
     metrics = int(env["REMOTE_LEADER_METRICS_PORT"])
     if metrics and ports.get("metrics") != metrics:
-        found.append(f"metrics containerPort {ports.get('metrics')} is not REMOTE_LEADER_METRICS_PORT {metrics}")
+        found.append(
+            f"metrics containerPort {ports.get('metrics')} is not REMOTE_LEADER_METRICS_PORT {metrics}"
+        )
     mounts = {m["mountPath"]: m["name"] for m in server.get("volumeMounts", [])}
     if env["REMOTE_LEADER_STATE_DIR"] not in mounts:
         found.append(f"no volume mounted at REMOTE_LEADER_STATE_DIR {env['REMOTE_LEADER_STATE_DIR']}")
@@ -70,8 +74,10 @@ def problems(documents: list[dict], documented: set[str]) -> list[str]:
 
     grace = pod.get("terminationGracePeriodSeconds", 30)
     if not grace > float(env["REMOTE_LEADER_DRAIN_TIMEOUT_S"]):
-        found.append(f"terminationGracePeriodSeconds {grace} is not longer than the drain "
-                     f"({env['REMOTE_LEADER_DRAIN_TIMEOUT_S']} s)")
+        found.append(
+            f"terminationGracePeriodSeconds {grace} is not longer than the drain "
+            f"({env['REMOTE_LEADER_DRAIN_TIMEOUT_S']} s)"
+        )
     for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
         if kind not in server:
             found.append(f"server has no {kind}")

@@ -36,12 +36,16 @@ def problems(documents: list[dict]) -> list[str]:
             continue
         wanted = monitor["spec"]["selector"].get("matchLabels", {})
         selected = [
-            s for s in services
-            if wanted and all(s["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            s
+            for s in services
+            if wanted
+            and all(s["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
             and s["spec"].get("clusterIP") != "None"
         ]
         if not selected:
-            found.append(f"ServiceMonitor {name}: selector {wanted} matches no ClusterIP Service of the chart")
+            found.append(
+                f"ServiceMonitor {name}: selector {wanted} matches no ClusterIP Service of the chart"
+            )
         for service in selected:
             ports = {p.get("name") for p in service["spec"].get("ports", [])}
             for endpoint in monitor["spec"]["endpoints"]:
