@@ -190,55 +190,64 @@ class _Pricing:
         return (self.traffic * self.cross[task][self.client_rack[client]]
                 + self.non_overlap * (client not in self.anchored[task]))
 
+    def delta(self, task: int, client: int, rack: int) -> int:
+        """Cost change of moving off ``client`` to a client of ``rack`` that is not an anchor."""
+        row = self.cross[task]
+        return (self.traffic * (row[rack] - row[self.client_rack[client]])
+                + self.non_overlap * (client in self.anchored[task]))
+
 
 def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
-    """One round of KIP-925 C.I swaps between each ordered pair of racks, best gains first."""
-    by_rack: list[list[tuple[int, int]]] = [[] for _ in range(pricing.racks)]
-    for client, tasks in enumerate(state.on_client):
-        for task in sorted(tasks):
-            by_rack[pricing.client_rack[client]].append((task, client))
+    """One round of KIP-925 C.I swaps between each ordered pair of zones, best gains first.
+
+    A zone is a (rack, location) pair: within one, a standby's spread and traffic are fixed,
+    so each side of a swap is filtered once for "spread not worse" before pairing, and the
+    pairing only meets candidates that are rejected for distinct clients or exact cost.
+    """
+    zone_of = [(pricing.client_rack[c], state.loc[c]) for c in range(len(state.clients))]
+    zones = sorted(set(zone_of))
     changed = False
-    cross = pricing.cross
-    for a in range(pricing.racks):
-        for b in range(pricing.racks):
-            if a == b:
+    for source in zones:
+        for dest in zones:
+            if source[0] == dest[0]:
                 continue
-            movers = sorted((cross[t][b] - cross[t][a], t, c) for t, c in by_rack[a] if cross[t][a] > cross[t][b])
+            slots = _slots_by_zone(state, zone_of)
+            movers = sorted((pricing.delta(t, c, dest[0]), t, c) for t, c in slots.get(source, ())
+                            if pricing.delta(t, c, dest[0]) < 0 and state.spread_if(t, c, dest[1]) <= state.spread_now(t))
             if not movers:
                 continue
-            partners = sorted((cross[u][a] - cross[u][b], u, d) for u, d in by_rack[b])
-            used: set[int] = set()
+            partners = sorted((pricing.delta(u, d, source[0]), u, d) for u, d in slots.get(dest, ())
+                              if state.spread_if(u, d, source[1]) <= state.spread_now(u))
+            used = [False] * len(partners)
             first = 0
             for delta_t, task, client in movers:
-                if client not in state.holders[task]:
-                    continue
+                while first < len(partners) and used[first]:
+                    first += 1
                 tried = 0
-                index = first
-                while index < len(partners) and tried < LOOKAHEAD:
+                for index in range(first, len(partners)):
                     delta_u, other, other_client = partners[index]
-                    if delta_t + delta_u >= 0:
+                    if delta_t + delta_u >= 0 or tried == LOOKAHEAD:
                         break
-                    if index in used or other_client not in state.holders[other]:
-                        if index == first:
-                            first += 1
-                        index += 1
+                    if used[index]:
                         continue
                     tried += 1
                     if _traffic_swap_ok(state, pricing, task, client, other, other_client):
                         state.swap(task, client, other, other_client)
-                        used.add(index)
-                        changed = True
+                        used[index] = changed = True
                         break
-                    index += 1
-            if changed:
-                by_rack = [[] for _ in range(pricing.racks)]
-                for c, tasks in enumerate(state.on_client):
-                    for t in sorted(tasks):
-                        by_rack[pricing.client_rack[c]].append((t, c))
     return changed
 
 
+def _slots_by_zone(state: _Standbys, zone_of: list) -> dict:
+    slots: dict = {}
+    for client, tasks in enumerate(state.on_client):
+        for task in sorted(tasks):
+            slots.setdefault(zone_of[client], []).append((task, client))
+    return slots
+
+
 def _traffic_swap_ok(state: _Standbys, pricing: _Pricing, task: int, client: int, other: int, other_client: int) -> bool:
+    """Distinct clients, neither on its active, lower exact cost, neither spread worse."""
     if not (state.may_take(task, other_client) and state.may_take(other, client)):
         return False
     before = pricing.cost(task, client) + pricing.cost(other, other_client)

@@ -1,0 +1,137 @@
+"""KIP-925 rack awareness at scale: time, memory, cross-rack partitions and optimality gap.
+
+    PYTHONPATH=. /work/venv/bin/python bench/bench_rack.py [--quick]
+
+Each row runs in a fresh process (peak RSS is per row). Columns:
+- ``none s``: ``assign`` with rack awareness off (the baseline: target computation and placement);
+- ``assign s`` / ``RSS MB``: the whole ``assign`` call with the strategy on, and the row's peak RSS;
+- ``rack s``: ``optimize_actives`` + ``optimize_standbys`` alone, on the same balanced target;
+- ``cross before/after``: cross-rack partitions of the actives (RackAwareReport);
+- ``gap``: solver cost of the tasks x racks graph minus that of the full tasks x clients graph
+  (KIP-925's own), where the full graph has at most ``FULL_ARC_LIMIT`` arcs.
+
+The group is fresh (no previous assignment): 20 subtopologies, 80% stateful, each task reading
+1-2 input partitions whose replicas sit in 1 or 2 of the racks, clients spread over racks in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROWS = [
+    # (strategy, tasks, clients, racks, standbys)
+    ("balance_subtopology", 20_000, 500, 3, 1),
+    ("min_traffic", 20_000, 500, 3, 1),
+    ("balance_subtopology", 5_000, 100, 3, 1),
+    ("min_traffic", 5_000, 100, 3, 1),
+    ("balance_subtopology", 1_000, 50, 3, 1),
+    ("min_traffic", 1_000, 50, 5, 2),
+]
+QUICK_ROWS = ROWS[2:]
+FULL_ARC_LIMIT = 2_500_000
+
+
+def rack_group(task_count: int, client_count: int, rack_count: int, seed: int = 7):
+    from assignor.model import ClientState, TaskId, TaskSpec, TopicPartition
+
+    rng = random.Random(seed)
+    racks = [f"r{i}" for i in range(rack_count)]
+    subtopologies = 20
+    per = max(1, task_count // subtopologies)
+    specs = []
+    for index in range(task_count):
+        subtopology, partition = divmod(index, per)
+        inputs = []
+        for topic in range(rng.choice((1, 2))):
+            replicas = frozenset(rng.sample(racks, k=rng.choice((1, 2))))
+            inputs.append(TopicPartition(f"s{subtopology}-in{topic}", partition, replicas))
+        stateful = subtopology < subtopologies * 0.8
+        specs.append(TaskSpec(TaskId(subtopology, partition), stateful, 1_000_000 if stateful else None,
+                              tuple(inputs)))
+    clients = [ClientState(id=f"c{i:05d}", threads=1, rack=racks[i % rack_count]) for i in range(client_count)]
+    return specs, clients
+
+
+def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int) -> dict:
+    import numpy as np
+
+    from assignor import assign, rack_aware
+    from assignor.model import AssignmentConfig
+    from assignor.rack_flow import solve_compressed, solve_full
+    from assignor.ranking import rank_clients
+    from assignor.target import CostModel, Group, active_target, standby_target
+
+    specs, members = rack_group(tasks, clients, racks)
+    none = AssignmentConfig(num_standby_replicas=standbys)
+    config = AssignmentConfig(num_standby_replicas=standbys, rack_aware_strategy=strategy)
+    started = time.perf_counter()
+    assign(specs, members, none)
+    none_s = time.perf_counter() - started
+    started = time.perf_counter()
+    result = assign(specs, members, config)
+    assign_s = time.perf_counter() - started
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    group = Group.of(specs, members)
+    ranking = rank_clients(specs, members, config.acceptable_recovery_lag)
+    costs = CostModel(lag_aware=True)
+    target = active_target(group, ranking, costs)
+    started = time.perf_counter()
+    actives, report = rack_aware.optimize_actives(group, target, config)
+    actives_s = time.perf_counter() - started
+    standby = standby_target(group, ranking, costs, actives, standbys)
+    started = time.perf_counter()
+    rack_aware.optimize_standbys(group, actives, standby, config)
+    rack_s = actives_s + time.perf_counter() - started
+
+    gap = None
+    if tasks * clients <= FULL_ARC_LIMIT:
+        racks_list = sorted({m.rack for m in members})
+        gap = 0
+        for kind, kind_costs in ((group.stateful, rack_aware.stateful_costs(config)),
+                                 (group.stateless, rack_aware.STATELESS_COSTS)):
+            problem = rack_aware.placement_problem(group, target, config, kind, racks_list, kind_costs)
+            gap += problem.cost(solve_compressed(problem)) - problem.cost(solve_full(problem))
+        del np
+    return {
+        "strategy": strategy, "tasks": tasks, "clients": clients, "racks": racks, "standbys": standbys,
+        "none_s": none_s, "assign_s": assign_s, "rss_mb": rss, "rack_s": rack_s,
+        "before": result.rack_awareness.cross_rack_before, "after": result.rack_awareness.cross_rack_after,
+        "check_before": report.cross_rack_before, "gap": gap,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="skip the 20,000-task rows")
+    parser.add_argument("--row", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.row:
+        print(json.dumps(run_row(*json.loads(args.row))))
+        return 0
+    header = ("strategy", "tasks x clients (racks, standbys)", "none s", "assign s", "RSS MB", "rack s",
+              "cross before", "cross after", "gap")
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    root = Path(__file__).resolve().parent.parent
+    for row in QUICK_ROWS if args.quick else ROWS:
+        out = subprocess.run([sys.executable, __file__, "--row", json.dumps(row)], capture_output=True, text=True,
+                             cwd=root, env={"PYTHONPATH": str(root)}, check=True)
+        r = json.loads(out.stdout)
+        print(" | ".join([
+            r["strategy"], f"{r['tasks']:,} x {r['clients']} ({r['racks']}, {r['standbys']})",
+            f"{r['none_s']:.2f}", f"{r['assign_s']:.2f}", f"{r['rss_mb']:.0f}", f"{r['rack_s']:.2f}",
+            f"{r['before']:,}", f"{r['after']:,}", "n/a (too big)" if r["gap"] is None else str(r["gap"]),
+        ]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

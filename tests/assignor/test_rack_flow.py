@@ -1,0 +1,140 @@
+"""The tasks x racks flow reaches the optimum of KIP-925's full graph and of brute force.
+
+Costs are recomputed here from the raw instance (never with ``PlacementProblem.cost``), so
+each check compares an optimiser against an independent price list.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assignor.rack_flow import PlacementProblem, solve_compressed, solve_full
+
+
+def _price(instance: dict, task: int, client: int) -> tuple[int, int]:
+    """(KIP-925 4.B.III cost, target misses) of one task on one client."""
+    kip = instance["traffic"] * instance["cross"][task][instance["client_rack"][client]]
+    kip += instance["non_overlap"] * (client != instance["anchor"][task])
+    return kip, int(client != instance["target"][task])
+
+
+def _total(instance: dict, assignment) -> tuple[int, int]:
+    prices = [_price(instance, t, c) for t, c in enumerate(assignment)]
+    return sum(p[0] for p in prices), sum(p[1] for p in prices)
+
+
+def _feasible(instance: dict, assignment) -> bool:
+    clients = len(instance["client_rack"])
+    if [list(assignment).count(c) for c in range(clients)] != instance["slots"]:
+        return False
+    if instance["caps"] is None:
+        return True
+    for key in set(instance["keys"]):
+        for client in range(clients):
+            held = sum(1 for t, c in enumerate(assignment) if c == client and instance["keys"][t] == key)
+            if held > instance["caps"][key][client]:
+                return False
+    return True
+
+
+@st.composite
+def instances(draw, max_tasks: int = 24, max_clients: int = 7):
+    tasks = draw(st.integers(1, max_tasks))
+    clients = draw(st.integers(1, max_clients))
+    racks = draw(st.integers(1, 4))
+    cross = [[draw(st.integers(0, 3)) for _ in range(racks)] for _ in range(tasks)]
+    client_rack = [draw(st.integers(0, racks - 1)) for _ in range(clients)]
+    target = [draw(st.integers(0, clients - 1)) for _ in range(tasks)]
+    # anchor: the target (high availability), another client or none (sticky's previous owner)
+    anchor = [draw(st.sampled_from([t, -1, draw(st.integers(0, clients - 1))])) for t in target]
+    slots = [target.count(c) for c in range(clients)]
+    caps = keys = None
+    if draw(st.booleans()):
+        key_count = draw(st.integers(1, 3))
+        keys = [draw(st.integers(0, key_count - 1)) for _ in range(tasks)]
+        used = sorted(set(keys))
+        keys = [used.index(k) for k in keys]
+        sizes = [keys.count(k) for k in range(len(used))]
+        caps = [[math.ceil(size * slots[c] / tasks) for c in range(clients)] for size in sizes]
+    return {
+        "cross": cross, "client_rack": client_rack, "target": target, "anchor": anchor, "slots": slots,
+        "traffic": draw(st.integers(0, 10)), "non_overlap": draw(st.integers(0, 10)), "keys": keys, "caps": caps,
+    }
+
+
+def _problem(instance: dict) -> PlacementProblem:
+    as_array = lambda values: None if values is None else np.array(values, dtype=np.int64)  # noqa: E731
+    return PlacementProblem(
+        cross=as_array(instance["cross"]), client_rack=as_array(instance["client_rack"]),
+        slots=as_array(instance["slots"]), target=as_array(instance["target"]), anchor=as_array(instance["anchor"]),
+        traffic_cost=instance["traffic"], non_overlap_cost=instance["non_overlap"],
+        keys=as_array(instance["keys"]), caps=as_array(instance["caps"]),
+    )
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances())
+def test_compressed_graph_matches_the_full_bipartite_graph(instance):
+    problem = _problem(instance)
+    compressed = solve_compressed(problem).tolist()
+    full = solve_full(problem).tolist()
+    assert _feasible(instance, compressed)
+    assert _feasible(instance, full)
+    assert _total(instance, compressed) == _total(instance, full)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances(max_tasks=6, max_clients=3))
+def test_compressed_graph_matches_brute_force(instance):
+    clients = len(instance["client_rack"])
+    best = min(
+        _total(instance, assignment)
+        for assignment in itertools.product(range(clients), repeat=len(instance["target"]))
+        if _feasible(instance, assignment)
+    )
+    assert _total(instance, solve_compressed(_problem(instance)).tolist()) == best
+
+
+@pytest.mark.parametrize(
+    ("instance", "expected"),
+    [
+        pytest.param(
+            # KIP-925 4.B.II "Example": C1, C2, C3 take 1, 2, 3 tasks; caps 1, 1, 2.
+            {"cross": [[0, 1, 1], [1, 0, 1], [1, 1, 0], [1, 1, 0], [1, 1, 0], [1, 0, 1]],
+             "client_rack": [0, 1, 2], "target": [0, 1, 1, 2, 2, 2], "anchor": [0, 1, 1, 2, 2, 2],
+             "slots": [1, 2, 3], "traffic": 10, "non_overlap": 1, "keys": [0, 0, 0, 1, 1, 1],
+             "caps": [[1, 1, 2], [1, 1, 2]]},
+            [0, 1, 2, 2, 2, 1],
+            id="kip925-4B2-example",
+        ),
+        pytest.param(
+            # A swap saves 2 x 10 traffic for 2 x 1 non-overlap: taken.
+            {"cross": [[0, 1], [1, 0]], "client_rack": [0, 1], "target": [1, 0], "anchor": [1, 0], "slots": [1, 1],
+             "traffic": 10, "non_overlap": 1, "keys": None, "caps": None},
+            [0, 1],
+            id="traffic-beats-overlap",
+        ),
+        pytest.param(
+            # Sticky defaults (1 / 10): the same swap costs more than it saves: kept.
+            {"cross": [[0, 1], [1, 0]], "client_rack": [0, 1], "target": [1, 0], "anchor": [1, 0], "slots": [1, 1],
+             "traffic": 1, "non_overlap": 10, "keys": None, "caps": None},
+            [1, 0],
+            id="overlap-beats-traffic",
+        ),
+        pytest.param(
+            # Non-overlap 0 (stateless): equal traffic everywhere, the target wins the tie.
+            {"cross": [[1, 1], [1, 1], [0, 0]], "client_rack": [0, 1], "target": [1, 0, 1], "anchor": [1, 0, 1],
+             "slots": [1, 2], "traffic": 1, "non_overlap": 0, "keys": None, "caps": None},
+            [1, 0, 1],
+            id="ties-keep-the-target",
+        ),
+    ],
+)
+def test_worked_placements(instance, expected):
+    assert solve_compressed(_problem(instance)).tolist() == expected
