@@ -501,6 +501,8 @@ class GroupMember:
         self._log.info("member.assignment.received", generation=self.generation, member_id=self.member_id,
                        active=[str(t) for t in new.active], standby=[str(t) for t in new.standby],
                        warmup=[str(t) for t in sorted(new.warmup)])
+        for queue in self._watchers:  # watchers (a sidecar's worker) may be the ones applying it
+            queue.put_nowait(change)
         try:
             if self._on_assignment is not None:
                 result = self._on_assignment(change)
@@ -511,8 +513,6 @@ class GroupMember:
         finally:
             # KIP-441: release only once the assignment is applied (onPartitionsAssigned).
             self._release_lock()
-        for queue in self._watchers:
-            queue.put_nowait(change)
         self._set_state(MemberState.STABLE)
         if message.commonly_supported_version > self._version:
             self._version = min(message.commonly_supported_version, LATEST_SUPPORTED_VERSION)

@@ -327,11 +327,46 @@ class StorePartitionLag(_message.Message):
 Global___StorePartitionLag: _TypeAlias = StorePartitionLag  # noqa: Y015
 
 @_typing.final
+class ChangelogEndOffset(_message.Message):
+    """The end offset of one changelog partition, as the worker's consumer sees it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    end_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangelogEndOffset: _TypeAlias = ChangelogEndOffset  # noqa: Y015
+
+@_typing.final
 class ReportLagsRequest(_message.Message):
+    """Two ways to report. Either the worker computes its task lags (task_lags, and optionally
+    store_lags), or — when the sidecar runs with --state-dir on the worker's state directory —
+    it sends only the changelog end offsets and its running actives, and the sidecar computes
+    the lags from the checkpoint files (docs/sidecar.md). task_lags, when present, win.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TASK_LAGS_FIELD_NUMBER: _builtins.int
     STORE_LAGS_FIELD_NUMBER: _builtins.int
+    CHANGELOG_END_OFFSETS_FIELD_NUMBER: _builtins.int
+    RUNNING_ACTIVES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def task_lags(self) -> _containers.RepeatedCompositeFieldContainer[_assignment_pb2.TaskLag]:
         """Every task with local state: lag >= 0, -1 LATEST (a running active), -2 UNKNOWN. Summed
@@ -342,15 +377,25 @@ class ReportLagsRequest(_message.Message):
     def store_lags(self) -> _containers.RepeatedCompositeFieldContainer[Global___StorePartitionLag]:
         """Optional, for KIP-535 local lag queries."""
 
+    @_builtins.property
+    def changelog_end_offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChangelogEndOffset]:
+        """With --state-dir: end offsets of the changelogs of the tasks with local state."""
+
+    @_builtins.property
+    def running_actives(self) -> _containers.RepeatedCompositeFieldContainer[_assignment_pb2.TaskId]:
+        """With --state-dir: the actives that finished restoring and process (reported as LATEST)."""
+
     def __init__(
         self,
         *,
         task_lags: _abc.Iterable[_assignment_pb2.TaskLag] | None = ...,
         store_lags: _abc.Iterable[Global___StorePartitionLag] | None = ...,
+        changelog_end_offsets: _abc.Iterable[Global___ChangelogEndOffset] | None = ...,
+        running_actives: _abc.Iterable[_assignment_pb2.TaskId] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["store_lags", b"store_lags", "task_lags", b"task_lags"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changelog_end_offsets", b"changelog_end_offsets", "running_actives", b"running_actives", "store_lags", b"store_lags", "task_lags", b"task_lags"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

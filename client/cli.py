@@ -1,0 +1,131 @@
+"""``remote-leader demo`` and ``remote-leader sidecar``: the worker side's commands.
+
+Registered by the composition root (``remote_leader.cli``); each parser sets ``func(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+
+import structlog
+
+from assignor.model import InvalidInput
+
+
+def configure_logging(level: str = "warning") -> None:
+    """Console logs on stderr: stdout is kept for the sidecar's ready line and the demo's tables."""
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.WARNING)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"),
+                    structlog.dev.ConsoleRenderer(colors=False)],
+    )
+
+
+def _tag(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def register(subparsers) -> None:
+    _register_sidecar(subparsers)
+    _register_demo(subparsers)
+
+
+def _register_sidecar(subparsers) -> None:
+    p = subparsers.add_parser("sidecar", help="run a group member beside a worker, with a local gRPC API",
+                              description="Run the group member as its own process next to a worker in any "
+                                          "language; the worker uses the local API (docs/sidecar.md).")
+    p.add_argument("--group", required=True, help="group id")
+    p.add_argument("--server", required=True, help="remote leader address, host:port")
+    p.add_argument("--topology", required=True, help="topology file, YAML or JSON (docs/sidecar.md)")
+    p.add_argument("--listen", default="127.0.0.1:0", help="local API address (default 127.0.0.1:0, printed on stdout)")
+    p.add_argument("--process-id", default=None, help="worker process UUID (default: a new one)")
+    p.add_argument("--instance-id", default=None, help="group_instance_id for static membership (KIP-345)")
+    p.add_argument("--will-come-back", action="store_true",
+                   help="static member: on stop, keep the place for the session timeout instead of leaving")
+    p.add_argument("--endpoint", default=None, help="the worker's interactive-query endpoint host:port (KIP-535)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rack", default=None)
+    p.add_argument("--tag", type=_tag, action="append", default=[], help="client tag KEY=VALUE (repeatable)")
+    p.add_argument("--session-timeout-ms", type=int, default=10_000)
+    p.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
+    p.add_argument("--apply-timeout-ms", type=int, default=30_000,
+                   help="how long an acknowledging watcher may take to apply an assignment")
+    p.add_argument("--state-dir", default=None, help="run the state cleaner on this state directory")
+    p.add_argument("--state-cleanup-delay-ms", type=int, default=600_000)
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=run_sidecar)
+
+
+def run_sidecar(args: argparse.Namespace) -> int:
+    from client.assignment import HostInfo
+    from client.member import MemberConfig
+    from client.sidecar import SidecarOptions, load_member_file, ready_line, serve_sidecar
+
+    configure_logging(args.log_level)
+    try:
+        topology, config = load_member_file(args.topology)
+        extra = {"process_id": args.process_id} if args.process_id else {}
+        member = MemberConfig(
+            group_id=args.group, topology=topology, group_instance_id=args.instance_id,
+            endpoint=HostInfo.parse(args.endpoint, "--endpoint") if args.endpoint else None,
+            rack=args.rack, client_tags=dict(args.tag), num_threads=args.threads, assignment_config=config,
+            session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms, **extra)
+        options = SidecarOptions(server=args.server, member=member, listen=args.listen,
+                                 apply_timeout_s=args.apply_timeout_ms / 1000, state_dir=args.state_dir,
+                                 state_cleanup_delay_ms=args.state_cleanup_delay_ms,
+                                 will_come_back=args.will_come_back)
+    except InvalidInput as error:
+        print(f"remote-leader sidecar: {error}", file=sys.stderr)
+        return 2
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        return await serve_sidecar(options, stop, ready=lambda address: print(ready_line(address, member), flush=True))
+
+    try:
+        return asyncio.run(main())
+    except InvalidInput as error:
+        print(f"remote-leader sidecar: {error}", file=sys.stderr)
+        return 2
+
+
+def _register_demo(subparsers) -> None:
+    p = subparsers.add_parser("demo", help="a live KIP-441 scaling demo on loopback (exits by itself)",
+                              description="Start a server and simulated workers on loopback and play KIP-441's "
+                                          "Scaling Out and Scaling In (standbys lagging) scenarios.")
+    p.add_argument("--server", default=None, help="use this running server instead of starting one")
+    p.add_argument("--restore-rate", type=int, default=20_000,
+                   help="simulated restoration speed, offsets per second (default 20000)")
+    p.add_argument("--changelog-offsets", type=int, default=60_000,
+                   help="simulated changelog length per task (default 60000)")
+    p.add_argument("--acceptable-recovery-lag", type=int, default=2_000)
+    p.add_argument("--timeout-s", type=float, default=55.0, help="give up after this long (exit 1)")
+    p.add_argument("--log-level", default="error")
+    p.set_defaults(func=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from client.demo import DemoOptions, run
+
+    configure_logging(args.log_level)
+    try:
+        options = DemoOptions(server=args.server, restore_rate=args.restore_rate,
+                              changelog_offsets=args.changelog_offsets,
+                              acceptable_recovery_lag=args.acceptable_recovery_lag, timeout_s=args.timeout_s)
+    except InvalidInput as error:
+        print(f"remote-leader demo: {error}", file=sys.stderr)
+        return 2
+    return asyncio.run(run(options))

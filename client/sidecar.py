@@ -1,0 +1,361 @@
+"""The sidecar: a ``GroupMember`` in its own process, serving a worker in any language on localhost.
+
+The worker talks to ``remote_leader.sidecar.v1.SidecarService`` (docs/sidecar.md); the sidecar
+talks to the remote leader. The lag source is what the worker last reported (``ReportLags``);
+the cleanup lock is the member's own, held by the member through each rebalance and by a worker's
+state cleaner through ``HoldCleanupLock`` for as long as its call stays open — a worker that dies
+while holding it releases it with its connection. Watchers that ask to acknowledge keep the lock
+held after a new assignment until they confirm it is applied, which is KIP-441's
+"release in onPartitionsAssigned" across a process boundary. Optionally (``state_dir``) the
+sidecar runs the state cleaner itself on the worker's state directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+import yaml
+
+from assignor.model import AssignmentConfig, InvalidInput, TaskId
+from client import codec
+from client.assignment import AssignmentChange, MemberAssignment
+from client.lags import CheckpointLagSource, LagInfo, StaticLagSource
+from client.member import GroupMember, MemberConfig, MemberError, RoutingError
+from client.state import StateCleaner, StateDirectory
+from client.topology import StoreSpec, Subtopology, Topology
+from remote_leader.sidecar.v1 import sidecar_pb2 as spb
+from remote_leader.sidecar.v1 import sidecar_pb2_grpc as spb_grpc
+from remote_leader.v1 import group_leader_pb2 as pb
+
+log = structlog.get_logger(__name__)
+
+_STATES = {"created": spb.MEMBER_STATE_JOINING, "joining": spb.MEMBER_STATE_JOINING,
+           "stable": spb.MEMBER_STATE_STABLE, "closed": spb.MEMBER_STATE_CLOSED}
+
+
+def assignment_to_proto(member: GroupMember, assignment: MemberAssignment) -> spb.MemberAssignment:
+    message = spb.MemberAssignment(
+        generation_id=assignment.generation,
+        member_id=member.member_id,
+        active=codec.tasks_to_proto(assignment.active),
+        standby=codec.tasks_to_proto(assignment.standby),
+        warmup=codec.tasks_to_proto(assignment.warmup),
+        active_by_host=[spb.HostTasks(host=codec.host_to_proto(h), tasks=codec.tasks_to_proto(t))
+                        for h, t in sorted(assignment.active_by_host.items())],
+        standby_by_host=[spb.HostTasks(host=codec.host_to_proto(h), tasks=codec.tasks_to_proto(t))
+                         for h, t in sorted(assignment.standby_by_host.items())],
+    )
+    if assignment.next_rebalance_ms is not None:
+        message.next_rebalance_ms = assignment.next_rebalance_ms
+    return message
+
+
+def change_to_proto(change: AssignmentChange) -> spb.AssignmentChange:
+    return spb.AssignmentChange(
+        revoked_active=codec.tasks_to_proto(change.revoked_active),
+        assigned_active=codec.tasks_to_proto(change.assigned_active),
+        revoked_standby=codec.tasks_to_proto(change.revoked_standby),
+        assigned_standby=codec.tasks_to_proto(change.assigned_standby),
+        released=codec.tasks_to_proto(change.released),
+    )
+
+
+class _Acknowledgements:
+    """Acknowledging watchers, and the generation they must confirm before the lock is released."""
+
+    def __init__(self) -> None:
+        self.watchers: set[object] = set()
+        self.pending: dict[object, int] = {}
+        self.changed = asyncio.Event()
+
+    def notify(self) -> None:
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+
+class SidecarLagSource:
+    """The lags the sidecar reports for its worker (``ReportLags``): the worker's own task lags
+    when it sends them; otherwise, with a state directory, the default checkpoint source
+    against the changelog end offsets and running actives the worker last reported."""
+
+    def __init__(self, topology: Topology, directory: StateDirectory | None = None) -> None:
+        self.reported = StaticLagSource()
+        self.explicit = directory is None
+        self.end_offsets: dict[tuple[str, int], int] = {}
+        self.running: frozenset[TaskId] = frozenset()
+        self.checkpoints = None if directory is None else CheckpointLagSource(
+            topology, directory, lambda wanted: self.end_offsets, lambda: self.running)
+
+    def update(self, task_lags: Mapping[TaskId, int], store_lags: Mapping[str, Mapping[int, LagInfo]],
+               end_offsets: Mapping[tuple[str, int], int], running: frozenset[TaskId]) -> None:
+        self.explicit = bool(task_lags) or self.checkpoints is None
+        self.reported.update(task_lags, store_lags)
+        self.end_offsets = dict(end_offsets)
+        self.running = running
+
+    def _source(self):
+        return self.reported if self.explicit or self.checkpoints is None else self.checkpoints
+
+    def task_lags(self) -> Mapping[TaskId, int]:
+        return self._source().task_lags()
+
+    def store_partition_lags(self) -> Mapping[str, Mapping[int, LagInfo]]:
+        return self._source().store_partition_lags()
+
+
+class SidecarServicer(spb_grpc.SidecarServiceServicer):
+    def __init__(self, member: GroupMember, lag_source: SidecarLagSource, *, apply_timeout_s: float = 30.0) -> None:
+        self.member = member
+        self.lag_source = lag_source
+        self.apply_timeout_s = apply_timeout_s
+        self.acks = _Acknowledgements()
+
+    async def on_assignment(self, change: AssignmentChange) -> None:
+        """The member's callback: wait (bounded) until every acknowledging watcher applied it."""
+        generation = change.current.generation
+        for watcher in self.acks.watchers:
+            self.acks.pending[watcher] = generation
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.apply_timeout_s
+        while any(self.acks.pending.get(w) == generation for w in self.acks.watchers):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                log.warning("sidecar.apply.timeout", generation=generation)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.acks.changed.wait(), remaining)
+
+    async def GetAssignment(self, request, context):
+        assignment = self.member.assignment
+        has = assignment.generation >= 0
+        return spb.GetAssignmentResponse(
+            state=_STATES.get(self.member.state.value, spb.MEMBER_STATE_UNSPECIFIED), has_assignment=has,
+            assignment=assignment_to_proto(self.member, assignment) if has else None)
+
+    async def WatchAssignment(self, request, context) -> AsyncIterator[spb.WatchAssignmentResponse]:
+        queue = self.member.subscribe()
+        watcher = object()
+        if request.acknowledge:
+            self.acks.watchers.add(watcher)
+        try:
+            current = self.member.assignment
+            if current.generation >= 0:
+                yield spb.WatchAssignmentResponse(assignment=assignment_to_proto(self.member, current))
+            while True:
+                change = await queue.get()
+                if change is None:
+                    return
+                yield spb.WatchAssignmentResponse(assignment=assignment_to_proto(self.member, change.current),
+                                                  change=change_to_proto(change))
+        finally:
+            self.member.unsubscribe(queue)
+            self.acks.watchers.discard(watcher)
+            self.acks.pending.pop(watcher, None)
+            self.acks.notify()
+
+    async def AcknowledgeAssignment(self, request, context):
+        accepted = False
+        for watcher, generation in list(self.acks.pending.items()):
+            if generation == request.generation_id:
+                del self.acks.pending[watcher]
+                accepted = True
+                break
+        self.acks.notify()
+        return spb.AcknowledgeAssignmentResponse(accepted=accepted)
+
+    async def ReportLags(self, request, context):
+        task_lags: dict[TaskId, int] = {}
+        for index, entry in enumerate(request.task_lags):
+            if entry.lag < -2:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"task_lags[{index}].lag: expected >= 0, -1 (latest) or -2 (unknown), got {entry.lag}")
+            task_lags[codec.task_from_proto(entry.task)] = entry.lag
+        store_lags: dict[str, dict[int, LagInfo]] = {}
+        for index, entry in enumerate(request.store_lags):
+            if not entry.store:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"store_lags[{index}].store: required")
+            store_lags.setdefault(entry.store, {})[entry.partition] = LagInfo(
+                entry.current_offset_position, entry.end_offset_position)
+        end_offsets: dict[tuple[str, int], int] = {}
+        for index, entry in enumerate(request.changelog_end_offsets):
+            if not entry.topic or entry.partition < 0 or entry.end_offset < 0:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"changelog_end_offsets[{index}]: expected a topic, a partition >= 0 and an offset >= 0")
+            end_offsets[(entry.topic, entry.partition)] = entry.end_offset
+        running = frozenset(codec.task_from_proto(t) for t in request.running_actives)
+        self.lag_source.update(task_lags, store_lags, end_offsets, running)
+        return spb.ReportLagsResponse()
+
+    async def HoldCleanupLock(self, request, context) -> AsyncIterator[spb.HoldCleanupLockResponse]:
+        holder = request.holder or f"worker:{context.peer()}"
+        await self.member.lock.acquire(holder)
+        log.info("sidecar.cleanup_lock.held", holder=holder)
+        try:
+            yield spb.HoldCleanupLockResponse(held=True)
+            await asyncio.Event().wait()  # until the caller cancels or disconnects
+        finally:
+            self.member.lock.release(holder)
+            log.info("sidecar.cleanup_lock.released", holder=holder)
+
+    def _partition(self, request) -> dict[str, Any]:
+        target = request.WhichOneof("target")
+        if target == "key":
+            return {"key": bytes(request.key)}
+        if target == "partition":
+            return {"partition": request.partition}
+        raise InvalidInput("target", "give key or partition")
+
+    async def QueryMetadata(self, request, context):
+        try:
+            metadata = self.member.metadata
+            if metadata is None:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no assignment yet")
+            target = self._partition(request)
+            if "key" in target:
+                meta = metadata.query_metadata_for_key(request.store, target["key"])
+            else:
+                meta = metadata.query_metadata_for_partition(request.store, target["partition"])
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        response = spb.QueryMetadataResponse(
+            standby_hosts=[codec.host_to_proto(h) for h in meta.standby_hosts],
+            partition=meta.partition, task=codec.task_to_proto(meta.task))
+        if meta.active_host is not None:
+            response.active_host.CopyFrom(codec.host_to_proto(meta.active_host))
+        return response
+
+    async def RouteQuery(self, request, context):
+        try:
+            result = await self.member.route_query(
+                request.store, max_lag=request.max_lag if request.HasField("max_lag") else None,
+                **self._partition(request))
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except RoutingError as error:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+        except grpc.aio.AioRpcError as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"leader: {error.code().name} {error.details()}")
+        return spb.RouteQueryResponse(
+            partition=result.partition, task=codec.task_to_proto(result.task),
+            hosts=[pb.QueryHost(host=codec.host_to_proto(h.host), process_id=h.process_id,
+                                role={"active": 1, "standby": 2, "warmup": 3}[h.role.value],
+                                lag=h.lag, lag_age_ms=h.lag_age_ms) for h in result.hosts])
+
+
+# ---- the member file: topology and assignment config -----------------------------------------
+
+
+def load_member_file(path: str | Path) -> tuple[Topology, AssignmentConfig]:
+    """Read a topology document (YAML or JSON, docs/sidecar.md) into domain values."""
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise InvalidInput("--topology", f"cannot read {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise InvalidInput("--topology", f"not valid YAML/JSON: {error}") from None
+    return parse_member_document(document)
+
+
+def parse_member_document(document: Any) -> tuple[Topology, AssignmentConfig]:
+    if not isinstance(document, Mapping):
+        raise InvalidInput("(topology)", "expected an object with application_id and subtopologies")
+    unknown = sorted(set(document) - {"application_id", "subtopologies", "config"})
+    if unknown:
+        raise InvalidInput(unknown[0], "unknown key")
+    raw_subs = document.get("subtopologies")
+    if not isinstance(raw_subs, list):
+        raise InvalidInput("subtopologies", "expected a list")
+    subs = []
+    for index, raw in enumerate(raw_subs):
+        where = f"subtopologies[{index}]"
+        if not isinstance(raw, Mapping):
+            raise InvalidInput(where, "expected an object")
+        stores = []
+        for s_index, store in enumerate(raw.get("stores") or []):
+            if isinstance(store, str):
+                store = {"name": store}
+            if not isinstance(store, Mapping) or not set(store) <= {"name", "logged", "changelog_topic"}:
+                raise InvalidInput(f"{where}.stores[{s_index}]", "expected {name, logged?, changelog_topic?}")
+            stores.append(StoreSpec(store.get("name"), bool(store.get("logged", True)), store.get("changelog_topic")))
+        topics = raw.get("source_topics")
+        if not isinstance(topics, list):
+            raise InvalidInput(f"{where}.source_topics", "expected a list of topic names")
+        subs.append(Subtopology(raw.get("id"), tuple(topics), raw.get("partitions"), tuple(stores)))
+    topology = Topology(document.get("application_id"), tuple(subs))
+    raw_config = document.get("config") or {}
+    if not isinstance(raw_config, Mapping):
+        raise InvalidInput("config", "expected an object")
+    unknown = sorted(set(raw_config) - set(AssignmentConfig.__dataclass_fields__))
+    if unknown:
+        raise InvalidInput(f"config.{unknown[0]}", "unknown configuration key")
+    return topology, AssignmentConfig(**raw_config)
+
+
+# ---- the process ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarOptions:
+    server: str
+    member: MemberConfig
+    listen: str = "127.0.0.1:0"
+    apply_timeout_s: float = 30.0
+    state_dir: str | None = None
+    state_cleanup_delay_ms: int = 600_000
+    will_come_back: bool = False
+    """On stop, a static member keeps its place for its session timeout instead of leaving."""
+
+
+async def serve_sidecar(options: SidecarOptions, stop: asyncio.Event, ready=None) -> int:
+    """Run the member and the local API until ``stop`` is set; ``ready(address)`` once listening."""
+    directory = StateDirectory(options.state_dir) if options.state_dir is not None else None
+    lag_source = SidecarLagSource(options.member.topology, directory)
+    servicer = SidecarServicer(None, lag_source, apply_timeout_s=options.apply_timeout_s)  # type: ignore[arg-type]
+    member = GroupMember(options.server, options.member, lag_source, on_assignment=servicer.on_assignment)
+    servicer.member = member
+    server = grpc.aio.server()
+    spb_grpc.add_SidecarServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port(options.listen)
+    if port == 0:
+        raise InvalidInput("--listen", f"cannot bind {options.listen}")
+    host = options.listen.rpartition(":")[0] or "127.0.0.1"
+    await server.start()
+    address = f"{host}:{port}"
+    cleaner_task = None
+    if directory is not None:
+        cleaner = StateCleaner(directory, member.lock, member.assigned_tasks,
+                               state_cleanup_delay_ms=options.state_cleanup_delay_ms)
+        cleaner_task = asyncio.create_task(cleaner.run(max(options.state_cleanup_delay_ms / 2000, 0.05)))
+    await member.start()
+    if ready is not None:
+        ready(address)
+    code = 0
+    try:
+        stopped = asyncio.create_task(stop.wait())
+        failed = asyncio.create_task(member.wait_for_assignment(lambda a: False))
+        done, _ = await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        if failed in done and isinstance(failed.exception(), MemberError):
+            log.error("sidecar.member.stopped", error=str(failed.exception()))
+            code = 1
+        for task in (stopped, failed):
+            task.cancel()
+    finally:
+        if cleaner_task is not None:
+            cleaner_task.cancel()
+        await member.close(will_come_back=options.will_come_back)
+        await server.stop(grace=1.0)
+    return code
+
+
+def ready_line(address: str, member: MemberConfig) -> str:
+    """The one line the sidecar prints on stdout once listening: how a worker finds the port."""
+    return json.dumps({"event": "sidecar.ready", "listen": address, "group_id": member.group_id,
+                       "process_id": member.process_id})
