@@ -40,6 +40,11 @@ class FlowGraph:
         """Positive amounts enter the network at ``node``, negative ones leave it."""
         self._supplies[node] = self._supplies.get(node, 0) + amount
 
+    def supplies(self, nodes, amounts) -> None:
+        """``supply`` for many nodes at once; ``amounts`` may be a scalar."""
+        for node, amount in zip(*(a.tolist() for a in np.broadcast_arrays(nodes, amounts)), strict=True):
+            self._supplies[node] = self._supplies.get(node, 0) + amount
+
     def arc(self, tail: int, head: int, capacity: int, cost: int) -> int:
         self._tails.append(tail)
         self._heads.append(head)
