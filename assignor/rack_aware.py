@@ -63,14 +63,17 @@ def stand_down_reason(group: Group, config: AssignmentConfig) -> str:
 
 def cross_rack_matrix(group: Group, tasks: tuple[TaskId, ...], racks: list[str]) -> np.ndarray:
     """``cross[t, r]``: input partitions of task t with no replica in rack r (KIP-925 getCost)."""
-    cross = np.zeros((len(tasks), len(racks)), dtype=np.int64)
-    vectors: dict[frozenset[str], np.ndarray] = {}
+    rows: list[int] = []
+    kinds: list[int] = []
+    kind_of: dict[frozenset[str], int] = {}
     for row, task in enumerate(tasks):
         for tp in group.specs[task].partitions:
-            vector = vectors.get(tp.racks)
-            if vector is None:
-                vector = vectors[tp.racks] = np.array([rack not in tp.racks for rack in racks], dtype=np.int64)
-            cross[row] += vector
+            rows.append(row)
+            kinds.append(kind_of.setdefault(tp.racks, len(kind_of)))
+    vectors = np.array([[rack not in replicas for rack in racks] for replicas in kind_of], dtype=np.int64)
+    cross = np.zeros((len(tasks), len(racks)), dtype=np.int64)
+    if rows:
+        np.add.at(cross, np.array(rows), vectors[np.array(kinds)])
     return cross
 
 

@@ -86,7 +86,12 @@ class PlacementProblem:
 
 
 def solve_compressed(problem: PlacementProblem) -> np.ndarray:
-    """The optimal assignment (task index -> client index) on the tasks x racks graph."""
+    """The optimal assignment (task index -> client index) on the tasks x racks graph.
+
+    Tasks alike in every price (same target, anchor, subtopology and cross-rack counts) are
+    interchangeable, so they share one node whose supply is their number: the graph shrinks
+    further wherever tasks repeat, without changing the optimum.
+    """
     tasks, racks = problem.cross.shape
     clients = len(problem.client_rack)
     if tasks == 0:
@@ -94,49 +99,62 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     keys = problem.keys if problem.keys is not None else np.zeros(tasks, dtype=np.int64)
     key_count = int(keys.max()) + 1
     caps = problem.caps if problem.caps is not None else np.broadcast_to(problem.slots, (key_count, clients))
+    table = np.column_stack([problem.target, problem.anchor, keys, problem.cross])
+    classes, of_class, sizes = np.unique(table, axis=0, return_inverse=True, return_counts=True)
+    of_class = of_class.ravel()
+    target, anchor, class_key, cross = classes[:, 0], classes[:, 1], classes[:, 2], classes[:, 3:]
+    count = len(classes)
     scale = problem.tie_scale
     graph = FlowGraph()
-    task_nodes = np.asarray(graph.nodes(tasks))
+    class_nodes = np.asarray(graph.nodes(count))
     key_rack = np.asarray(graph.nodes(key_count * racks)).reshape(key_count, racks)
     key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
     client_nodes = np.asarray(graph.nodes(clients))
     sink = graph.node()
-    for node in task_nodes.tolist():
-        graph.supply(node, 1)
+    graph.supplies(class_nodes, sizes)
     graph.supply(sink, -tasks)
 
     # Rack arcs: the price of any client of the rack that is neither target nor anchor.
-    generic = scale * (problem.traffic_cost * problem.cross + problem.non_overlap_cost) + 1
-    rack_arcs = graph.arcs(np.repeat(task_nodes, racks), key_rack[keys].ravel(), 1, generic.ravel())
+    generic = scale * (problem.traffic_cost * cross + problem.non_overlap_cost) + 1
+    rack_arcs = graph.arcs(np.repeat(class_nodes, racks), key_rack[class_key].ravel(), np.repeat(sizes, racks),
+                           generic.ravel())
     # Direct arcs to the target and, if another client, the anchor, at their exact price.
-    graph.arcs(task_nodes, key_client[keys, problem.target], 1, _price(problem, problem.target))
-    other = (problem.anchor >= 0) & (problem.anchor != problem.target)
-    anchors = problem.anchor[other]
-    graph.arcs(task_nodes[other], key_client[keys[other], anchors], 1, _price(problem, anchors, other))
+    target_arcs = graph.arcs(class_nodes, key_client[class_key, target], sizes,
+                             _price(problem, cross, target, anchor, target))
+    other = (anchor >= 0) & (anchor != target)
+    anchor_arcs = graph.arcs(class_nodes[other], key_client[class_key[other], anchor[other]], sizes[other],
+                             _price(problem, cross[other], target[other], anchor[other], anchor[other]))
     # Rack node -> its clients, then the subtopology cap, then the client's slots.
     spread = graph.arcs(key_rack[:, problem.client_rack].ravel(), key_client.ravel(), BIG, 0)
     graph.arcs(key_client.ravel(), np.tile(client_nodes, key_count), np.asarray(caps).ravel(), 0)
     graph.arcs(client_nodes, sink, problem.slots, 0)
     graph.solve()
 
+    to_target = graph.flows(target_arcs)
+    to_anchor = np.zeros(count, dtype=np.int64)
+    to_anchor[other] = graph.flows(anchor_arcs)
+    to_rack = graph.flows(rack_arcs).reshape(count, racks)
     assignment = np.full(tasks, -1, dtype=np.int64)
-    direct_target = graph.flows(range(rack_arcs.stop, rack_arcs.stop + tasks))
-    assignment[direct_target > 0] = problem.target[direct_target > 0]
-    anchor_flows = graph.flows(range(rack_arcs.stop + tasks, rack_arcs.stop + tasks + len(anchors)))
-    anchored = np.flatnonzero(other)[anchor_flows > 0]
-    assignment[anchored] = problem.anchor[anchored]
-    via_rack = graph.flows(rack_arcs).reshape(tasks, racks)
+    via_rack = np.full(tasks, -1, dtype=np.int64)
+    members = np.argsort(of_class, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    for cls in range(count):
+        alike = members[bounds[cls]:bounds[cls + 1]]
+        first, second = int(to_target[cls]), int(to_target[cls] + to_anchor[cls])
+        assignment[alike[:first]] = target[cls]
+        assignment[alike[first:second]] = anchor[cls]
+        via_rack[alike[second:]] = np.repeat(np.arange(racks), to_rack[cls])
     slots_left = graph.flows(spread).reshape(key_count, clients).copy()
     _deal(problem, keys, via_rack, slots_left, assignment)
     return assignment
 
 
-def _price(problem: PlacementProblem, clients: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """Exact solver price of each task (under ``mask``) on the given client."""
-    tasks = np.arange(len(problem.target)) if mask is None else np.flatnonzero(mask)
-    kip = problem.traffic_cost * problem.cross[tasks, problem.client_rack[clients]]
-    kip = kip + problem.non_overlap_cost * (clients != problem.anchor[tasks])
-    return problem.tie_scale * kip + (clients != problem.target[tasks])
+def _price(problem: PlacementProblem, cross: np.ndarray, target: np.ndarray, anchor: np.ndarray,
+           client: np.ndarray) -> np.ndarray:
+    """Exact solver price of rows (cross counts, target, anchor) on the given clients."""
+    kip = problem.traffic_cost * cross[np.arange(len(client)), problem.client_rack[client]]
+    kip = kip + problem.non_overlap_cost * (client != anchor)
+    return problem.tie_scale * kip + (client != target)
 
 
 def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slots_left: np.ndarray,
@@ -147,12 +165,9 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
     there (it then costs less than the flow says); the others take the remaining slots of
     their rack node in turns over the clients, in task order.
     """
-    tasks_at = np.flatnonzero(via_rack.any(axis=1))
-    if len(tasks_at) == 0:
-        return
-    rack_of_task = via_rack[tasks_at].argmax(axis=1)
     waiting: dict[tuple[int, int], list[int]] = {}
-    for task, rack in zip(tasks_at.tolist(), rack_of_task.tolist(), strict=True):
+    for task in np.flatnonzero(via_rack >= 0).tolist():
+        rack = int(via_rack[task])
         key = int(keys[task])
         placed = False
         for special in (int(problem.target[task]), int(problem.anchor[task])):
@@ -197,8 +212,7 @@ def solve_full(problem: PlacementProblem) -> np.ndarray:
     key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
     client_nodes = np.asarray(graph.nodes(clients))
     sink = graph.node()
-    for node in task_nodes.tolist():
-        graph.supply(node, 1)
+    graph.supplies(task_nodes, 1)
     graph.supply(sink, -tasks)
     arcs = graph.arcs(np.repeat(task_nodes, clients), key_client[keys].ravel(), 1, problem.cost_matrix().ravel())
     graph.arcs(key_client.ravel(), np.tile(client_nodes, key_count), np.asarray(caps).ravel(), 0)
