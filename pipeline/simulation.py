@@ -94,10 +94,12 @@ class GroupShape:
         _require_int("group.racks", self.racks, 0)
         _require_int("group.standbys", self.standbys, 0)
         _require_int("group.changelog_offsets", self.changelog_offsets, 0)
-        if not 0.0 <= float(self.stateful_share) <= 1.0:
-            raise InvalidSpec("group.stateful_share", f"expected a fraction in [0, 1], got {self.stateful_share!r}")
+        share = self.stateful_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
+            raise InvalidSpec("group.stateful_share", f"expected a fraction in [0, 1], got {share!r}")
         parse_lag_distribution(self.lag)
         _check_rates(self.restore_rate, self.append_rate)
+        _floats(self, "stateful_share", "restore_rate", "append_rate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,7 @@ class Rates:
 
     def __post_init__(self) -> None:
         _check_rates(self.restore_rate, self.append_rate)
+        _floats(self, "restore_rate", "append_rate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +158,9 @@ class SimConfig:
             raise InvalidSpec("configs.early_probe", f"expected true or false, got {self.early_probe!r}")
         if not isinstance(self.min_probe_interval_s, int | float) or self.min_probe_interval_s < 0:
             raise InvalidSpec("configs.min_probe_interval_s", f"expected seconds >= 0, got {self.min_probe_interval_s!r}")
-        if not isinstance(self.probing_interval_s, int | float):
+        if isinstance(self.probing_interval_s, bool) or not isinstance(self.probing_interval_s, int | float):
             raise InvalidSpec("configs.probing_interval_s", f"expected seconds, got {self.probing_interval_s!r}")
+        _floats(self, "probing_interval_s", "min_probe_interval_s")
         try:
             self.assignment_config(0)
         except InvalidInput as error:
@@ -190,6 +194,14 @@ class Timing:
     max_simulated_s: float = 86_400.0
     max_rebalances: int = 500
 
+    def __post_init__(self) -> None:
+        for name in ("session_timeout_s", "restart_s", "max_simulated_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidSpec(f"timing.{name}", f"expected seconds >= 0, got {value!r}")
+        _floats(self, "session_timeout_s", "restart_s", "max_simulated_s")
+        _require_int("timing.max_rebalances", self.max_rebalances, 1)
+
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
@@ -203,7 +215,7 @@ class RunSpec:
     seed: int
     event: ScalingEvent
     config: SimConfig
-    timing: Timing = Timing()
+    timing: Timing = field(default_factory=Timing)
     shape: GroupShape | None = None
     start: Mapping[str, Any] | None = None
     rates: Rates | None = None
@@ -231,6 +243,12 @@ class RunSpec:
 def _require_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidSpec(name, f"expected an integer >= {minimum}, got {value!r}")
+
+
+def _floats(value: Any, *names: str) -> None:
+    """Store numeric fields as floats, so rows have one type per column whatever the YAML said."""
+    for name in names:
+        object.__setattr__(value, name, float(getattr(value, name)))
 
 
 def _check_rates(restore_rate: Any, append_rate: Any) -> None:
@@ -744,21 +762,34 @@ SHAPE_COLUMNS = tuple(GroupShape.__dataclass_fields__)
 CONFIG_COLUMNS = tuple(SimConfig.__dataclass_fields__)
 
 
-def run_rows(spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``simulate`` flattened for tables: the run row (its grid point + metrics) and its step rows.
-
-    Both the Spark job and plain-Python callers use this, so their rows are identical.
-    """
-    outcome = simulate(spec)
+def point_columns(spec: RunSpec) -> dict[str, Any]:
+    """The run's grid point as flat ``g_*`` (group) and ``c_*`` (config) columns."""
     shape = asdict(spec.shape) if spec.shape else dict.fromkeys(SHAPE_COLUMNS)
     if spec.rates is not None:
         shape.update(asdict(spec.rates))
-    row = {
+    return {
         **{f"g_{name}": shape[name] for name in SHAPE_COLUMNS},
         **{f"c_{name}": value for name, value in asdict(spec.config).items()},
         "start": str(spec.point.get("start", "generated")),
         "rep": int(spec.point.get("rep", 0)),
-        **outcome["run"],
+        "run_id": spec.run_id,
+        "seed": spec.seed,
+        "event": spec.event.label(),
+        "config": spec.config.label(),
     }
+
+
+def run_rows(spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``simulate`` flattened for tables: the run row (its grid point + metrics) and its step rows.
+
+    Both the Spark job and plain-Python callers use this, so their rows are identical. A run
+    that cannot be simulated (e.g. a logged group too small for its scale-in) is a row with
+    ``error`` set and no metrics, not a failed job.
+    """
+    try:
+        outcome = simulate(spec)
+    except InvalidSpec as problem:
+        return {**point_columns(spec), "error": str(problem)}, []
+    row = {**point_columns(spec), **outcome["run"], "error": None}
     steps = [{"run_id": spec.run_id, **step} for step in outcome["steps"]]
     return row, steps

@@ -1,0 +1,216 @@
+"""Rebalance-log analytics on Spark: what the group's rebalances actually cost.
+
+Reads one or many servers' rebalance logs (docs/interfaces.md, JSON lines, rotated files
+included); each line is measured in the executors by ``pipeline.rebalance_log.line_metrics``
+against the input the members reported, then aggregated per group and over time with
+DataFrame operations. Only small aggregates reach the driver, for the report.
+
+Tables under ``OUT/``: ``records`` (one row per rebalance), ``groups`` (per group),
+``episodes`` (membership change to settled), ``timeline`` (per group and time bucket),
+``lags`` (reported-lag histogram per group), ``bad_lines``, and ``report.html``.
+
+"Settled" is the first rebalance whose assignment needs no probing rebalance (KIP-441
+"Probing Rebalances": once balanced, the leader stops probing). An episode starts at the first
+membership change (a member trigger, or a member set different from the group's previous
+record) after the group last settled, and ends when it settles again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.rebalance_log import LAG_BUCKETS, expand_paths, line_metrics
+
+RECORD_COLUMNS: list[tuple[str, str]] = [
+    ("group_id", "string"), ("generation", "long"), ("time_ms", "long"), ("compute_ms", "double"),
+    ("trigger", "string"), ("membership_trigger", "boolean"), ("members", "long"), ("member_set", "string"),
+    ("threads", "long"), ("tasks", "long"), ("stateful_tasks", "long"), ("actives_moved", "long"),
+    ("actives_orphaned", "long"), ("tasks_moved", "long"), ("replicas_added", "long"), ("warmups", "long"),
+    ("actives_restoring", "long"), ("probing", "boolean"), ("cross_rack_partitions", "long"),
+    ("cross_rack_reported", "long"), ("imbalance", "double"), ("balanced", "boolean"), ("lag_reports", "long"),
+    ("lag_latest", "long"), ("lag_unknown", "long"), ("lag_p50", "double"), ("lag_p95", "double"),
+    ("lag_max", "long"), ("lag_hist", "array<long>"), ("source", "string"), ("error", "string"),
+]
+
+
+def parse_partition(rows: Any) -> Any:
+    """Executor side: one (line, file) row to one metrics row (or an error row)."""
+    names = [name for name, _ in RECORD_COLUMNS]
+    for row in rows:
+        metrics = line_metrics(row[0], row[1])
+        if metrics is not None:
+            yield tuple(metrics.get(name) for name in names)
+
+
+def read_records(spark: Any, files: list[str], partitions: int | None = None) -> Any:
+    """Every log line measured: a DataFrame of RECORD_COLUMNS (bad lines have ``error`` set)."""
+    from pyspark.sql import functions as F
+
+    lines = spark.read.text(files).select("value", F.col("_metadata.file_path").alias("source"))
+    if partitions:
+        lines = lines.repartition(partitions)
+    schema = ", ".join(f"`{name}` {kind}" for name, kind in RECORD_COLUMNS)
+    return spark.createDataFrame(lines.rdd.mapPartitions(parse_partition), schema=schema)
+
+
+def episodes_of(records: Any) -> Any:
+    """Membership change -> settled, per group, with window functions only.
+
+    A *segment* is the run of records after the group last settled up to and including the
+    next settling record; its episode starts at the segment's first membership change.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ordered = Window.partitionBy("group_id").orderBy("time_ms", "generation")
+    marked = (
+        records.withColumn("prev_set", F.lag("member_set").over(ordered))
+        .withColumn("changed", F.col("membership_trigger")
+                    | (F.col("prev_set").isNotNull() & (F.col("prev_set") != F.col("member_set"))))
+        .withColumn("settles", ~F.col("probing"))
+        .withColumn("segment", F.coalesce(
+            F.sum(F.col("settles").cast("long")).over(ordered.rowsBetween(Window.unboundedPreceding, -1)),
+            F.lit(0)))
+    )
+    start = (marked.where("changed").groupBy("group_id", "segment")
+             .agg(F.min(F.struct("time_ms", "generation", "trigger")).alias("s")))
+    close = (marked.where("settles").groupBy("group_id", "segment")
+             .agg(F.min(F.struct("time_ms", "generation")).alias("e")))
+    counted = marked.join(start, ["group_id", "segment"]).where(
+        F.struct("time_ms", "generation") >= F.struct("s.time_ms", "s.generation"))
+    sizes = counted.groupBy("group_id", "segment").agg(F.count("*").alias("rebalances"))
+    return (
+        start.join(close, ["group_id", "segment"], "left").join(sizes, ["group_id", "segment"])
+        .select(
+            "group_id",
+            F.col("s.generation").alias("start_generation"),
+            F.col("s.time_ms").alias("start_ms"),
+            F.col("s.trigger").alias("start_trigger"),
+            F.col("e.generation").alias("end_generation"),
+            F.col("e.time_ms").alias("end_ms"),
+            "rebalances",
+            F.col("e").isNotNull().alias("settled"),
+            ((F.col("e.time_ms") - F.col("s.time_ms")) / 1000.0).alias("settle_s"),
+        )
+    )
+
+
+def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int = 3600, report: bool = True,
+            partitions: int | None = None, show_progress: bool = True) -> dict[str, Any]:
+    """Measure every record of the logs at ``paths`` and write the tables under ``out``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from pipeline.spark import progress
+
+    files = expand_paths(paths)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with progress(spark, f"measure rebalance log ({len(files)} files)", enabled=show_progress):
+        parsed = read_records(spark, files, partitions)
+        parsed.write.mode("overwrite").parquet(str(out / "_parsed"))
+    parsed = spark.read.parquet(str(out / "_parsed"))
+    bad = parsed.where(F.col("error").isNotNull())
+    good = parsed.where(F.col("error").isNull())
+    records = good.dropDuplicates(["group_id", "generation", "time_ms"]).drop("error")
+    records.orderBy("group_id", "time_ms", "generation").write.mode("overwrite").parquet(str(out / "records"))
+    records = spark.read.parquet(str(out / "records"))
+
+    episodes = episodes_of(records)
+    episodes.orderBy("group_id", "start_ms").write.mode("overwrite").parquet(str(out / "episodes"))
+    episodes = spark.read.parquet(str(out / "episodes"))
+
+    ordered = Window.partitionBy("group_id").orderBy("time_ms", "generation")
+    latest = Window.partitionBy("group_id").orderBy(F.desc("time_ms"), F.desc("generation"))
+    with_gaps = (records.withColumn("gap_s", (F.col("time_ms") - F.lag("time_ms").over(ordered)) / 1000.0)
+                 .withColumn("recency", F.row_number().over(latest)))
+    groups = with_gaps.groupBy("group_id").agg(
+        F.count("*").alias("rebalances"),
+        F.min("time_ms").alias("first_ms"),
+        F.max("time_ms").alias("last_ms"),
+        F.avg("gap_s").alias("mean_interval_s"),
+        F.avg("tasks_moved").alias("tasks_moved_mean"),
+        F.max("tasks_moved").alias("tasks_moved_max"),
+        F.sum("tasks_moved").alias("tasks_moved_total"),
+        F.max("warmups").alias("warmups_max"),
+        F.avg("compute_ms").alias("compute_ms_mean"),
+        F.max("lag_p95").alias("lag_p95_max"),
+        F.max(F.when(F.col("recency") == 1, F.col("members"))).alias("members_last"),
+        F.max(F.when(F.col("recency") == 1, F.col("cross_rack_partitions"))).alias("cross_rack_last"),
+        F.max(F.when(F.col("recency") == 1, F.col("imbalance"))).alias("imbalance_last"),
+        F.sum(F.col("probing").cast("long")).alias("probing_rebalances"),
+    ).withColumn(
+        "per_hour",
+        F.when(F.col("last_ms") > F.col("first_ms"),
+               F.col("rebalances") / ((F.col("last_ms") - F.col("first_ms")) / 3_600_000.0)),
+    )
+    settle = episodes.groupBy("group_id").agg(
+        F.count("*").alias("episodes"),
+        F.sum(F.col("settled").cast("long")).alias("episodes_settled"),
+        F.percentile("settle_s", 0.5).alias("settle_p50_s"),
+        F.max("settle_s").alias("settle_max_s"),
+    )
+    groups = groups.join(settle, "group_id", "left").fillna({"episodes": 0, "episodes_settled": 0})
+    groups.orderBy("group_id").write.mode("overwrite").parquet(str(out / "groups"))
+
+    bucket_ms = int(bucket_s) * 1000
+    timeline = (
+        records.withColumn("bucket_ms", F.floor(F.col("time_ms") / bucket_ms) * bucket_ms)
+        .groupBy("group_id", "bucket_ms").agg(
+            F.count("*").alias("rebalances"),
+            F.sum("tasks_moved").alias("tasks_moved"),
+            F.max("warmups").alias("warmups_max"),
+            F.avg("warmups").alias("warmups_mean"),
+            F.avg("imbalance").alias("imbalance_mean"),
+            F.avg("cross_rack_partitions").alias("cross_rack_mean"),
+            F.max("lag_p95").alias("lag_p95_max"),
+        )
+    )
+    timeline.orderBy("group_id", "bucket_ms").write.mode("overwrite").parquet(str(out / "timeline"))
+    lags = (records.select("group_id", F.posexplode("lag_hist").alias("bucket", "count"))
+            .groupBy("group_id", "bucket").agg(F.sum("count").alias("count")))
+    labels = F.element_at(F.array(*[F.lit(b) for b in LAG_BUCKETS]), F.col("bucket") + 1)
+    lags = lags.withColumn("label", labels)
+    lags.orderBy("group_id", "bucket").write.mode("overwrite").parquet(str(out / "lags"))
+    bad_summary = bad.groupBy("error").agg(F.count("*").alias("count"), F.min("source").alias("example_file"))
+    bad_summary.orderBy(F.desc("count")).write.mode("overwrite").parquet(str(out / "bad_lines"))
+
+    data = _report_data(spark, out, files, parsed_count=good.count())
+    if report:
+        from pipeline.report import analytics_report
+
+        (out / "report.html").write_text(analytics_report(data), encoding="utf-8")
+    return data
+
+
+def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> dict[str, Any]:
+    """Small aggregates for the report, read back from the tables just written."""
+    from pyspark.sql import functions as F
+
+    read = lambda name: spark.read.parquet(str(out / name))  # noqa: E731
+    records = read("records")
+    record_count = records.count()
+    lag_rows: dict[str, list[int]] = {}
+    for row in read("lags").collect():
+        lag_rows.setdefault(row["group_id"], [0] * len(LAG_BUCKETS))[row["bucket"]] = row["count"]
+    bad = [r.asDict() for r in read("bad_lines").collect()]
+    return {
+        "counts": {
+            "files": len(files),
+            "records": record_count,
+            "groups": read("groups").count(),
+            "bad_lines": sum(r["count"] for r in bad),
+            "duplicates": parsed_count - record_count,
+        },
+        "groups": [r.asDict() for r in read("groups").orderBy("group_id").collect()],
+        "episodes": [r.asDict() for r in read("episodes").orderBy("group_id", "start_ms").limit(500).collect()],
+        "timeline": [r.asDict() for r in read("timeline").orderBy("group_id", "bucket_ms").limit(20_000).collect()],
+        "moved_hist": [r.asDict() for r in records.groupBy("tasks_moved").count().orderBy("tasks_moved").collect()],
+        "lag_hist": [{"group_id": g, "hist": h} for g, h in sorted(lag_rows.items())],
+        "lag_buckets": list(LAG_BUCKETS),
+        "bad": bad,
+        "triggers": [r.asDict() for r in records.groupBy("group_id", "trigger").agg(F.count("*").alias("count"))
+                     .orderBy("group_id", "trigger").collect()],
+    }
+

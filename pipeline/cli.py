@@ -1,0 +1,57 @@
+"""``remote-leader simulate`` and ``remote-leader analyze``: the pipeline's two commands.
+
+Registered by the composition root (``remote_leader.cli``) through ``register(subparsers)``.
+Spark is imported only when a command runs, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    from pipeline import sweep
+
+    simulate = subparsers.add_parser(
+        "simulate", help="what-if sweep: simulate scaling events over a grid of groups and assignor configs",
+        description="Simulate every run of a grid on Spark; write Parquet tables and report.html to --out.")
+    sweep.add_arguments(simulate)
+    simulate.set_defaults(func=sweep.run_from_args)
+
+    analyze = subparsers.add_parser(
+        "analyze", help="rebalance-log analytics: what the groups' rebalances cost",
+        description="Read rebalance logs (files, or state/log directories incl. rotated files) on Spark; "
+                    "write Parquet tables and report.html to --out.")
+    analyze.add_argument("logs", nargs="+", metavar="LOGS", help="rebalance-log files or directories")
+    analyze.add_argument("--out", required=True, help="output directory")
+    analyze.add_argument("--master", default=None, help="Spark master (default local[2]; spark-submit's own)")
+    analyze.add_argument("--bucket-s", type=int, default=3600, help="timeline bucket in seconds (default 3600)")
+    analyze.add_argument("--partitions", type=int, default=None, help="Spark partitions for the log lines")
+    analyze.add_argument("--no-report", action="store_true", help="skip report.html")
+    analyze.set_defaults(func=run_analyze)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    from pipeline.analytics import analyze
+    from pipeline.rebalance_log import InvalidLog, expand_paths
+    from pipeline.spark import spark_session
+
+    if args.bucket_s < 1:
+        print("analyze: --bucket-s: must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        files = expand_paths(args.logs)
+    except InvalidLog as error:
+        print(f"analyze: {error}", file=sys.stderr)
+        return 2
+    print(f"analyze: {len(files)} log files", file=sys.stderr)
+    spark = spark_session(args.master, app_name="remote-leader analyze")
+    try:
+        data = analyze(spark, files, args.out, bucket_s=args.bucket_s, report=not args.no_report,
+                       partitions=args.partitions)
+    finally:
+        spark.stop()
+    print(json.dumps({"out": str(args.out), **data["counts"]}))
+    return 0

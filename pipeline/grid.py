@@ -1,0 +1,166 @@
+"""The scenario grid: a small YAML file expanded into one ``RunSpec`` per run.
+
+The driver of the sweep (``pipeline.sweep``) expands the grid (a list of small specs, never
+data) and hands the runs to the executors. Every list under ``group`` and ``configs`` is an
+axis; the runs are the cross product of the group axes, the events, the config axes and the
+repetitions. A run's seed comes from its group point, event and repetition only, so that every
+config is compared on exactly the same groups (common random numbers), in any grid.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.rebalance_log import latest_per_group
+from pipeline.simulation import (
+    GroupShape,
+    InvalidSpec,
+    Rates,
+    RunSpec,
+    ScalingEvent,
+    SimConfig,
+    Timing,
+    run_seed,
+)
+
+TOP_LEVEL = ("name", "repetitions", "timing", "group", "events", "configs", "from_log")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The expanded grid: the runs, and the combinations left out with the reason why."""
+
+    name: str
+    runs: tuple[RunSpec, ...]
+    skipped: tuple[str, ...]
+    axes: tuple[str, ...]  # the run-table columns that vary across the grid
+
+
+def load_grid(path: str | Path) -> Plan:
+    """Read and expand a grid file; every problem is an ``InvalidSpec`` naming the field."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise InvalidSpec("--grid", f"cannot read {path}: {error.strerror}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InvalidSpec("--grid", f"{path} is not valid YAML: {error}") from None
+    return expand_grid(document, base=Path(path).parent)
+
+
+def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
+    if not isinstance(document, Mapping):
+        raise InvalidSpec("(grid)", "expected a mapping with group, events and configs")
+    unknown = sorted(set(document) - set(TOP_LEVEL))
+    if unknown:
+        raise InvalidSpec(unknown[0], f"unknown grid key; expected one of {', '.join(TOP_LEVEL)}")
+    name = str(document.get("name", "grid"))
+    repetitions = document.get("repetitions", 1)
+    if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
+        raise InvalidSpec("repetitions", f"expected an integer >= 1, got {repetitions!r}")
+    timing = _build("timing", Timing, document.get("timing") or {})
+    group_axes = _axes("group", document.get("group") or {}, GroupShape)
+    config_axes = _axes("configs", document.get("configs") or {}, SimConfig)
+    events_raw = document.get("events")
+    if not isinstance(events_raw, list) or not events_raw:
+        raise InvalidSpec("events", "expected a non-empty list such as [scale_out:2, lose_rack]")
+    events = [ScalingEvent.parse(e) for e in events_raw]
+    configs = [_build("configs", SimConfig, point) for point in _product(config_axes)]
+
+    starts: list[tuple[str, dict[str, Any], Any]] = []
+    for point in _product(group_axes):
+        starts.append(("generated", point, _build("group", GroupShape, point)))
+    from_log = document.get("from_log") or []
+    if not isinstance(from_log, list) or not all(isinstance(p, str) for p in from_log):
+        raise InvalidSpec("from_log", "expected a list of rebalance-log files or directories")
+    if from_log:
+        rate_points = {(p.get("restore_rate", GroupShape.restore_rate), p.get("append_rate", GroupShape.append_rate))
+                       for p in _product(group_axes)}
+        paths = [str((base / p) if not Path(p).is_absolute() else p) for p in from_log]
+        for group_id, record in sorted(latest_per_group(paths).items()):
+            for restore, append in sorted(rate_points):
+                rates = _build("group", Rates, {"restore_rate": restore, "append_rate": append})
+                starts.append((f"log:{group_id}", {"restore_rate": restore, "append_rate": append}, (record, rates)))
+
+    runs, skipped = [], []
+    for (start, point, shape), event, rep in itertools.product(starts, events, range(repetitions)):
+        problem = _unrunnable(shape, event)
+        if problem:
+            skipped.append(f"{start} {_describe(point)} {event.label()}: {problem}")
+            continue
+        seed = run_seed(start, sorted(point.items()), event.label(), rep)
+        for config in configs:
+            run_id = f"{run_seed(seed, sorted(_config_items(config))):016x}"
+            if isinstance(shape, GroupShape):
+                runs.append(RunSpec(run_id, seed, event, config, timing, shape=shape,
+                                    point={"start": start, "rep": rep}))
+            else:
+                record, rates = shape
+                runs.append(RunSpec(run_id, seed, event, config, timing, start=record, rates=rates,
+                                    point={"start": start, "rep": rep}))
+    varying = [f"g_{k}" for k, v in group_axes.items() if len(v) > 1]
+    varying += [f"c_{k}" for k, v in config_axes.items() if len(v) > 1]
+    if len(events) > 1:
+        varying.append("event")
+    if from_log:
+        varying.append("start")
+    return Plan(name, tuple(runs), tuple(skipped), tuple(varying))
+
+
+def _axes(section: str, raw: Any, cls: type) -> dict[str, list[Any]]:
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec(section, "expected a mapping of axis name to a value or a list of values")
+    known = {f.name for f in fields(cls)}
+    axes = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise InvalidSpec(f"{section}.{key}", f"unknown axis; expected one of {', '.join(sorted(known))}")
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise InvalidSpec(f"{section}.{key}", "an axis needs at least one value")
+        axes[key] = values
+    return axes
+
+
+def _product(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    keys = sorted(axes)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(axes[k] for k in keys))]
+
+
+def _build(section: str, cls: type, values: Mapping[str, Any]) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InvalidSpec(f"{section}.{unknown[0]}", f"unknown key; expected one of {', '.join(sorted(known))}")
+    try:
+        return cls(**values)
+    except InvalidSpec as error:
+        raise InvalidSpec(error.field if "." in error.field else f"{section}.{error.field}",
+                          str(error).split(": ", 1)[1]) from None
+    except TypeError as error:
+        raise InvalidSpec(section, str(error)) from None
+
+
+def _unrunnable(shape: Any, event: ScalingEvent) -> str:
+    if not isinstance(shape, GroupShape):
+        return ""
+    if event.kind == "lose_rack" and shape.racks < 2:
+        return "lose_rack needs racks >= 2"
+    if event.kind == "scale_in" and event.count >= shape.clients:
+        return f"scale_in:{event.count} would remove every client"
+    return ""
+
+
+def _describe(point: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(point.items()))
+
+
+def _config_items(config: SimConfig) -> list[tuple[str, Any]]:
+    return [(f.name, getattr(config, f.name)) for f in fields(config)]

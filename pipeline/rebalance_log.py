@@ -1,0 +1,217 @@
+"""Reading the service's rebalance log (docs/interfaces.md, "Rebalance log"): plain Python.
+
+One JSON line per completed rebalance, ``{"schema": 1, "group_id", "generation", "time_ms",
+"compute_ms", "trigger", "input", "output"}`` with ``input`` a scenario document and ``output``
+its result document. The analytics job (``pipeline.analytics``) runs ``record_metrics`` in the
+executors, one line at a time; the grid (``pipeline.grid``) takes a real group's latest record
+as a simulation start. Unknown fields are ignored, as the contract asks; a line that breaks the
+contract becomes an error row naming the field, never an exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from assignor import LATEST, UNKNOWN, InvalidInput, TaskId
+from assignor.balance import imbalance, is_balanced
+from assignor.scenario import parse_problem
+
+SCHEMA = 1
+TRIGGERS = frozenset({
+    "member_joined", "member_left", "session_expired", "probing_rebalance", "early_probe",
+    "topology_changed", "config_changed", "member_rejoined",
+})
+MEMBERSHIP_TRIGGERS = frozenset({"member_joined", "member_left", "session_expired", "member_rejoined"})
+LOG_FILE = "rebalances.jsonl"
+# Lag histogram buckets: 0, then decades 1-9, 10-99, ..., >= 1e9 (12 buckets).
+LAG_BUCKETS = ("0", "1+", "10+", "100+", "1k+", "10k+", "100k+", "1M+", "10M+", "100M+", "1G+")
+
+
+class InvalidLog(ValueError):
+    """A rebalance-log path that cannot be read."""
+
+
+def expand_paths(paths: Iterable[str]) -> list[str]:
+    """Log files from arguments: files as given; a directory (a state dir, its ``rebalance-log/``
+    or any folder) contributes ``rebalances.jsonl`` and its rotated ``.1``, ``.2``, ..."""
+    files: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            folder = path / "rebalance-log" if (path / "rebalance-log").is_dir() else path
+            found = sorted(p for p in folder.glob(f"{LOG_FILE}*") if p.is_file())
+            if not found:
+                raise InvalidLog(f"LOGS: no {LOG_FILE}* files in {raw}")
+            files.extend(str(p.resolve()) for p in found)
+        elif path.is_file():
+            files.append(str(path.resolve()))
+        else:
+            raise InvalidLog(f"LOGS: no such file or directory: {raw}")
+    return sorted(dict.fromkeys(files))
+
+
+def parse_line(line: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A record, or why the line is not one (``"field: problem"``)."""
+    text = line.strip()
+    if not text:
+        return None, None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"(line): not valid JSON: {error.msg}"
+    if not isinstance(record, Mapping):
+        return None, "(line): expected a JSON object"
+    if record.get("schema") != SCHEMA:
+        return None, f"schema: unsupported schema {record.get('schema')!r}; expected {SCHEMA}"
+    for name, kind in (("group_id", str), ("generation", int), ("time_ms", int | float), ("trigger", str)):
+        value = record.get(name)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            return None, f"{name}: missing or of the wrong type ({value!r})"
+    for name in ("input", "output"):
+        if not isinstance(record.get(name), Mapping):
+            return None, f"{name}: expected a scenario/result document"
+    return dict(record), None
+
+
+def _lag_bucket(lag: int) -> int:
+    return 0 if lag <= 0 else min(len(LAG_BUCKETS) - 1, 1 + int(math.log10(lag)))
+
+
+def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What one rebalance did, measured against its own input (what the members reported).
+
+    Raises ``InvalidInput`` (with the field) when the input or output breaks the format.
+    """
+    problem = parse_problem(record["input"])
+    specs = {spec.id: spec for spec in problem.tasks}
+    output = record["output"]
+    out_clients = output.get("clients")
+    if not isinstance(out_clients, Mapping):
+        raise InvalidInput("output.clients", "expected an object of client assignments")
+    members = {c.id: c for c in problem.clients}
+    prev_owner = {t: c.id for c in problem.clients for t in c.prev_active}
+    prev_holders = {(c.id, t) for c in problem.clients for t in c.prev_active | c.prev_standby}
+
+    roles: dict[str, dict[str, list[TaskId]]] = {}
+    for client_id, got in sorted(out_clients.items()):
+        if client_id not in members:
+            raise InvalidInput(f"output.clients.{client_id}", "client not in the input")
+        if not isinstance(got, Mapping):
+            raise InvalidInput(f"output.clients.{client_id}", "expected an object")
+        roles[client_id] = {
+            role: [TaskId.parse(t, f"output.clients.{client_id}.{role}") for t in got.get(role) or ()]
+            for role in ("active", "standby", "warmup")
+        }
+    moved = orphaned = new_replicas = warmups = restoring = cross_rack = 0
+    counts = dict.fromkeys(members, 0)
+    for client_id, got in roles.items():
+        rack = members[client_id].rack
+        lags = members[client_id].lags
+        for task in got["active"]:
+            counts[client_id] += 1
+            owner = prev_owner.get(task)
+            if owner is None:
+                orphaned += 1
+            elif owner != client_id:
+                moved += 1
+            spec = specs.get(task)
+            if spec is not None and spec.stateful and lags.get(task, UNKNOWN) != LATEST and lags.get(task) != 0:
+                restoring += 1
+            if rack is not None and spec is not None:
+                cross_rack += sum(1 for tp in spec.partitions if tp.racks and rack not in tp.racks)
+        for task in got["standby"] + got["warmup"]:
+            if (client_id, task) not in prev_holders:
+                new_replicas += 1
+        warmups += len(got["warmup"])
+
+    numeric: list[int] = []
+    latest = unknown = 0
+    for client in problem.clients:
+        for lag in client.lags.values():
+            if lag == LATEST:
+                latest += 1
+            elif lag == UNKNOWN:
+                unknown += 1
+            else:
+                numeric.append(lag)
+    numeric.sort()
+    histogram = [0] * len(LAG_BUCKETS)
+    for lag in numeric:
+        histogram[_lag_bucket(lag)] += 1
+    threads = {c.id: c.threads for c in problem.clients}
+    reported = (output.get("rack_awareness") or {}).get("cross_rack_after")
+    trigger = record["trigger"]
+    return {
+        "group_id": record["group_id"],
+        "generation": int(record["generation"]),
+        "time_ms": int(record["time_ms"]),
+        "compute_ms": float(record.get("compute_ms") or 0.0),
+        "trigger": trigger,
+        "membership_trigger": trigger in MEMBERSHIP_TRIGGERS,
+        "members": len(members),
+        "member_set": hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:16],
+        "threads": sum(threads.values()),
+        "tasks": len(specs),
+        "stateful_tasks": sum(1 for s in specs.values() if s.stateful),
+        "actives_moved": moved,
+        "actives_orphaned": orphaned,
+        "tasks_moved": moved + orphaned,
+        "replicas_added": new_replicas,
+        "warmups": warmups,
+        "actives_restoring": restoring,
+        "probing": bool(output.get("probing_rebalance_needed")),
+        "cross_rack_partitions": cross_rack,
+        "cross_rack_reported": int(reported) if isinstance(reported, int) and not isinstance(reported, bool) else None,
+        "imbalance": imbalance(counts, threads),
+        "balanced": is_balanced(counts, threads, problem.config.balance_factor),
+        "lag_reports": len(numeric) + latest + unknown,
+        "lag_latest": latest,
+        "lag_unknown": unknown,
+        "lag_p50": _quantile(numeric, 0.5),
+        "lag_p95": _quantile(numeric, 0.95),
+        "lag_max": numeric[-1] if numeric else None,
+        "lag_hist": histogram,
+    }
+
+
+def _quantile(ordered: list[int], q: float) -> float | None:
+    """Nearest-rank quantile of a sorted list."""
+    if not ordered:
+        return None
+    return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
+
+
+def line_metrics(line: str, source: str = "") -> dict[str, Any] | None:
+    """One log line to a metrics row, or an error row (``error`` set); None for a blank line."""
+    record, error = parse_line(line)
+    if error is None and record is None:
+        return None
+    if error is None:
+        try:
+            return {**record_metrics(record), "source": source, "error": None}
+        except InvalidInput as problem:
+            error = str(problem)
+        except (TypeError, ValueError, AttributeError) as problem:
+            error = f"(record): {problem}"
+    return {"source": source, "error": error}
+
+
+def latest_per_group(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Each group's latest record (by time, then generation): a real group to simulate from."""
+    latest: dict[str, dict[str, Any]] = {}
+    for path in expand_paths(paths):
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                record, _ = parse_line(line)
+                if record is None:
+                    continue
+                key = (record["time_ms"], record["generation"])
+                held = latest.get(record["group_id"])
+                if held is None or key > (held["time_ms"], held["generation"]):
+                    latest[record["group_id"]] = record
+    return {group: {"input": r["input"], "output": r["output"]} for group, r in latest.items()}
