@@ -1,0 +1,596 @@
+"""The RPC edge: the ``GroupLeader`` servicer, the only code that converts protobuf to domain
+values and back.
+
+Every request is validated here, before anything changes: a malformed one is answered with
+INVALID_ARGUMENT whose message starts with the offending field's path
+(``subscription.num_threads: ...``). Protocol outcomes travel as ``error_code`` in the
+response; gRPC status codes are for contract faults (INVALID_ARGUMENT) and for a server that is
+draining or still loading (UNAVAILABLE), raised in one place (``_guard``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import grpc
+
+from assignor import solve
+from assignor.model import LATEST, UNKNOWN, AssignmentConfig, AssignmentResult, InvalidInput, Role, TaskId
+from assignor.scenario import parse_problem
+from remote_leader.v1 import assignment_pb2 as apb
+from remote_leader.v1 import group_leader_pb2 as pb
+from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
+from server.model import (
+    STANDBY_HOSTS_VERSION,
+    AssignorError,
+    ClusterMetadata,
+    ErrorCode,
+    GroupView,
+    HeartbeatRequest,
+    HostInfo,
+    JoinGroupRequest,
+    LagReport,
+    LeaveGroupRequest,
+    MemberAssignment,
+    SourceTopic,
+    StateStore,
+    Subscription,
+    Subtopology,
+    SyncGroupRequest,
+    Topology,
+)
+from server.runtime import Coordinator
+
+_MAX_ID = 255
+_ASSIGNOR_KINDS = {
+    apb.ASSIGNOR_KIND_UNSPECIFIED: "high_availability",
+    apb.ASSIGNOR_KIND_HIGH_AVAILABILITY: "high_availability",
+    apb.ASSIGNOR_KIND_STICKY: "sticky",
+}
+_ASSIGNOR_KIND_TO_PB = {"high_availability": apb.ASSIGNOR_KIND_HIGH_AVAILABILITY, "sticky": apb.ASSIGNOR_KIND_STICKY}
+_STRATEGIES = {
+    apb.RACK_AWARE_STRATEGY_UNSPECIFIED: "none",
+    apb.RACK_AWARE_STRATEGY_NONE: "none",
+    apb.RACK_AWARE_STRATEGY_MIN_TRAFFIC: "min_traffic",
+    apb.RACK_AWARE_STRATEGY_BALANCE_SUBTOPOLOGY: "balance_subtopology",
+}
+_STRATEGY_TO_PB = {v: k for k, v in _STRATEGIES.items() if k != apb.RACK_AWARE_STRATEGY_UNSPECIFIED}
+_ROLE_TO_PB = {Role.ACTIVE.value: apb.ROLE_ACTIVE, Role.STANDBY.value: apb.ROLE_STANDBY, Role.WARMUP.value: apb.ROLE_WARMUP}
+_STATE_TO_PB = {
+    "Empty": pb.GROUP_STATE_EMPTY,
+    "PreparingRebalance": pb.GROUP_STATE_PREPARING_REBALANCE,
+    "CompletingRebalance": pb.GROUP_STATE_COMPLETING_REBALANCE,
+    "Stable": pb.GROUP_STATE_STABLE,
+    "Dead": pb.GROUP_STATE_DEAD,
+}
+_OPTIONAL_CONFIG = (
+    "acceptable_recovery_lag",
+    "max_warmup_replicas",
+    "num_standby_replicas",
+    "probing_rebalance_interval_ms",
+    "balance_factor",
+    "rack_aware_traffic_cost",
+    "rack_aware_non_overlap_cost",
+)
+
+
+# ---- protobuf -> domain ---------------------------------------------------------------------------
+
+
+def _identifier(value: str, where: str, *, required: bool) -> str:
+    if required and not value:
+        raise InvalidInput(where, "must not be empty")
+    if len(value) > _MAX_ID:
+        raise InvalidInput(where, f"longer than {_MAX_ID} characters")
+    if any(ord(ch) < 32 for ch in value):
+        raise InvalidInput(where, "contains control characters")
+    return value
+
+
+def _instance_id(request: Any, where: str = "group_instance_id") -> str | None:
+    if not request.HasField("group_instance_id"):
+        return None
+    return _identifier(request.group_instance_id, where, required=True)
+
+
+def _task(msg: apb.TaskId, where: str) -> TaskId:
+    if msg.subtopology < 0 or msg.partition < 0:
+        raise InvalidInput(where, f"subtopology and partition must be >= 0, got {msg.subtopology}_{msg.partition}")
+    return TaskId(msg.subtopology, msg.partition)
+
+
+def config_from_proto(msg: apb.AssignmentConfig, where: str) -> AssignmentConfig:
+    if msg.assignor not in _ASSIGNOR_KINDS:
+        raise InvalidInput(f"{where}.assignor", f"unknown assignor kind {msg.assignor}")
+    if msg.rack_aware_strategy not in _STRATEGIES:
+        raise InvalidInput(f"{where}.rack_aware_strategy", f"unknown strategy {msg.rack_aware_strategy}")
+    values: dict[str, Any] = {
+        "assignor": _ASSIGNOR_KINDS[msg.assignor],
+        "rack_aware_strategy": _STRATEGIES[msg.rack_aware_strategy],
+        "rack_aware_assignment_tags": tuple(msg.rack_aware_assignment_tags),
+    }
+    for name in _OPTIONAL_CONFIG:
+        if msg.HasField(name):
+            values[name] = getattr(msg, name)
+    try:
+        return AssignmentConfig(**values)
+    except InvalidInput as error:
+        raise InvalidInput(where + error.field.removeprefix("config"), error.message) from None
+
+
+def topology_from_proto(msg: pb.Topology, where: str) -> Topology:
+    if not msg.subtopologies:
+        raise InvalidInput(f"{where}.subtopologies", "must not be empty")
+    seen_ids: set[int] = set()
+    stores: set[str] = set()
+    subs = []
+    for i, sub in enumerate(msg.subtopologies):
+        here = f"{where}.subtopologies[{i}]"
+        if sub.id < 0 or sub.id in seen_ids:
+            raise InvalidInput(f"{here}.id", f"must be a unique id >= 0, got {sub.id}")
+        seen_ids.add(sub.id)
+        if not sub.source_topics:
+            raise InvalidInput(f"{here}.source_topics", "must not be empty")
+        topics, names = [], set()
+        for j, topic in enumerate(sub.source_topics):
+            there = f"{here}.source_topics[{j}]"
+            name = _identifier(topic.name, f"{there}.name", required=True)
+            if name in names:
+                raise InvalidInput(f"{there}.name", f"duplicate source topic {name!r}")
+            names.add(name)
+            if topic.partition_count < 0:
+                raise InvalidInput(f"{there}.partition_count", f"must be >= 0, got {topic.partition_count}")
+            racks = []
+            for k, pr in enumerate(topic.partition_racks):
+                if pr.partition < 0 or (topic.partition_count and pr.partition >= topic.partition_count):
+                    raise InvalidInput(f"{there}.partition_racks[{k}].partition", f"no partition {pr.partition}")
+                racks.append((pr.partition, frozenset(pr.racks)))
+            topics.append(SourceTopic(name, topic.partition_count, tuple(sorted(racks, key=lambda r: r[0]))))
+        state_stores = []
+        for j, store in enumerate(sub.state_stores):
+            name = _identifier(store.name, f"{here}.state_stores[{j}].name", required=True)
+            if name in stores:
+                raise InvalidInput(f"{here}.state_stores[{j}].name", f"duplicate state store {name!r}")
+            stores.add(name)
+            state_stores.append(StateStore(name, store.logged))
+        subs.append(
+            Subtopology(sub.id, tuple(sorted(topics, key=lambda t: t.name)), tuple(sorted(state_stores, key=lambda s: s.name)))
+        )
+    return Topology(tuple(sorted(subs, key=lambda s: s.id)))
+
+
+def _task_values(items: Any, where: str, value_field: str, minimum: int) -> Mapping[TaskId, int]:
+    values: dict[TaskId, int] = {}
+    for i, item in enumerate(items):
+        task = _task(item.task, f"{where}[{i}].task")
+        if task in values:
+            raise InvalidInput(f"{where}[{i}].task", f"duplicate task {task}")
+        value = getattr(item, value_field)
+        if value < minimum:
+            raise InvalidInput(f"{where}[{i}].{value_field}", f"must be >= {minimum}, got {value}")
+        values[task] = value
+    return MappingProxyType(values)
+
+
+def lags_from_proto(msg: pb.LagReport, where: str) -> LagReport:
+    return LagReport(
+        task_lags=_task_values(msg.task_lags, f"{where}.task_lags", "lag", UNKNOWN),
+        offset_sums=_task_values(msg.task_offset_sums, f"{where}.task_offset_sums", "offset_sum", LATEST),
+        end_offsets=_task_values(msg.changelog_end_offsets, f"{where}.changelog_end_offsets", "end_offset_sum", 0),
+    )
+
+
+def subscription_from_proto(msg: pb.Subscription, where: str = "subscription") -> Subscription:
+    if msg.version < 1:
+        raise InvalidInput(f"{where}.version", f"must be >= 1, got {msg.version}")
+    if msg.latest_supported_version < msg.version:
+        raise InvalidInput(f"{where}.latest_supported_version", f"must be >= version {msg.version}, got {msg.latest_supported_version}")
+    try:
+        process_id = str(uuid.UUID(msg.process_id))
+    except ValueError:
+        raise InvalidInput(f"{where}.process_id", f"expected a UUID, got {msg.process_id!r}") from None
+    endpoint = None
+    if msg.HasField("endpoint"):
+        _identifier(msg.endpoint.host, f"{where}.endpoint.host", required=True)
+        if not 1 <= msg.endpoint.port <= 65535:
+            raise InvalidInput(f"{where}.endpoint.port", f"must be in 1..65535, got {msg.endpoint.port}")
+        endpoint = HostInfo(msg.endpoint.host, msg.endpoint.port)
+    rack = _identifier(msg.rack, f"{where}.rack", required=True) if msg.HasField("rack") else None
+    for key in msg.client_tags:
+        _identifier(key, f"{where}.client_tags", required=True)
+    if msg.num_threads < 1:
+        raise InvalidInput(f"{where}.num_threads", f"must be >= 1, got {msg.num_threads}")
+    if not msg.HasField("topology"):
+        raise InvalidInput(f"{where}.topology", "is required")
+    if msg.error_code not in (AssignorError.NONE, AssignorError.SHUTDOWN_REQUESTED):
+        raise InvalidInput(f"{where}.error_code", "only NONE or SHUTDOWN_REQUESTED may be sent")
+    return Subscription(
+        version=msg.version,
+        latest_supported_version=msg.latest_supported_version,
+        process_id=process_id,
+        topology=topology_from_proto(msg.topology, f"{where}.topology"),
+        config=config_from_proto(msg.config, f"{where}.config"),
+        num_threads=msg.num_threads,
+        endpoint=endpoint,
+        rack=rack,
+        client_tags=MappingProxyType(dict(sorted(msg.client_tags.items()))),
+        lags=lags_from_proto(msg.lags, f"{where}.lags"),
+        error_code=AssignorError(msg.error_code),
+    )
+
+
+def join_from_proto(msg: pb.JoinGroupRequest) -> JoinGroupRequest:
+    group_id = _identifier(msg.group_id, "group_id", required=True)
+    member_id = _identifier(msg.member_id, "member_id", required=False)
+    instance = _instance_id(msg)
+    if msg.session_timeout_ms <= 0:
+        raise InvalidInput("session_timeout_ms", f"must be > 0, got {msg.session_timeout_ms}")
+    if msg.rebalance_timeout_ms < 0:
+        raise InvalidInput("rebalance_timeout_ms", f"must be >= 0, got {msg.rebalance_timeout_ms}")
+    if not msg.HasField("subscription"):
+        raise InvalidInput("subscription", "is required")
+    subscription = subscription_from_proto(msg.subscription)
+    return JoinGroupRequest(
+        group_id=group_id,
+        member_id=member_id,
+        group_instance_id=instance,
+        session_timeout_ms=msg.session_timeout_ms,
+        rebalance_timeout_ms=msg.rebalance_timeout_ms,
+        subscription=subscription,
+        new_member_id=f"{instance or 'member'}-{uuid.uuid4()}",
+    )
+
+
+def _member_fields(msg: Any) -> tuple[str, str, str | None]:
+    return (
+        _identifier(msg.group_id, "group_id", required=True),
+        _identifier(msg.member_id, "member_id", required=True),
+        _instance_id(msg),
+    )
+
+
+# ---- domain -> protobuf -------------------------------------------------------------------------
+
+
+def task_to_proto(task: TaskId) -> apb.TaskId:
+    return apb.TaskId(subtopology=task.subtopology, partition=task.partition)
+
+
+def config_to_proto(config: AssignmentConfig) -> apb.AssignmentConfig:
+    msg = apb.AssignmentConfig(
+        assignor=_ASSIGNOR_KIND_TO_PB[str(config.assignor)],
+        rack_aware_strategy=_STRATEGY_TO_PB[str(config.rack_aware_strategy)],
+        rack_aware_assignment_tags=list(config.rack_aware_assignment_tags),
+    )
+    for name in _OPTIONAL_CONFIG:
+        value = getattr(config, name)
+        if value is not None:
+            setattr(msg, name, value)
+    return msg
+
+
+def topology_to_proto(topology: Topology) -> pb.Topology:
+    return pb.Topology(
+        subtopologies=[
+            pb.Subtopology(
+                id=sub.id,
+                source_topics=[
+                    pb.SourceTopic(
+                        name=t.name,
+                        partition_count=t.partition_count,
+                        partition_racks=[pb.PartitionRacks(partition=p, racks=sorted(r)) for p, r in t.partition_racks],
+                    )
+                    for t in sub.source_topics
+                ],
+                state_stores=[pb.StateStore(name=s.name, logged=s.logged) for s in sub.state_stores],
+            )
+            for sub in topology.subtopologies
+        ]
+    )
+
+
+def _host_partitions(cluster: ClusterMetadata, standby: bool) -> list[pb.HostPartitions]:
+    topology = cluster.topology
+    stores_by_sub = {sub.id: [s.name for s in sub.state_stores] for sub in topology.subtopologies}
+    hosts = []
+    for host in cluster.hosts:
+        if host.endpoint is None:
+            continue
+        tasks = host.standby if standby else host.active
+        if not tasks:
+            continue
+        partitions = [
+            apb.TopicPartition(topic=tp.topic, partition=tp.partition) for task in tasks for tp in topology.task_partitions(task)
+        ]
+        store_partitions = [
+            pb.StorePartition(store=name, partition=task.partition) for task in tasks for name in stores_by_sub.get(task.subtopology, ())
+        ]
+        hosts.append(
+            pb.HostPartitions(
+                host=pb.HostInfo(host=host.endpoint.host, port=host.endpoint.port),
+                process_id=host.process_id,
+                partitions=partitions,
+                store_partitions=store_partitions,
+            )
+        )
+    return hosts
+
+
+class _HostMapCache:
+    """The host maps of a generation are the same for every member: encode them once."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._entries: dict[tuple[int, int], tuple[ClusterMetadata, pb.Assignment]] = {}
+        self._size = size
+
+    def get(self, cluster: ClusterMetadata, version: int) -> pb.Assignment:
+        key = (id(cluster), version)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is cluster:
+            return entry[1]
+        template = pb.Assignment(partitions_by_host=_host_partitions(cluster, standby=False))
+        if version >= STANDBY_HOSTS_VERSION:
+            template.standby_partitions_by_host.extend(_host_partitions(cluster, standby=True))
+        if len(self._entries) >= self._size:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[key] = (cluster, template)
+        return template
+
+
+def assignment_to_proto(assignment: MemberAssignment, cache: _HostMapCache) -> pb.Assignment:
+    topology = assignment.cluster.topology
+    msg = pb.Assignment()
+    msg.MergeFrom(cache.get(assignment.cluster, assignment.version))
+    msg.version = assignment.version
+    msg.commonly_supported_version = assignment.commonly_supported_version
+    msg.error_code = int(assignment.error)
+    if assignment.next_rebalance_ms is not None:
+        msg.next_rebalance_ms = assignment.next_rebalance_ms
+    mark_warmups = assignment.version >= STANDBY_HOSTS_VERSION
+    for task in assignment.active:
+        msg.active_tasks.add(task=task_to_proto(task), partitions=_partitions(topology, task))
+    warmups = set(assignment.warmup)
+    for task in sorted(set(assignment.standby) | warmups):
+        msg.standby_tasks.add(task=task_to_proto(task), partitions=_partitions(topology, task), warmup=mark_warmups and task in warmups)
+    return msg
+
+
+def _partitions(topology: Topology, task: TaskId) -> list[apb.TopicPartition]:
+    return [apb.TopicPartition(topic=tp.topic, partition=tp.partition, racks=sorted(tp.racks)) for tp in topology.task_partitions(task)]
+
+
+def _lag_list(lags: Mapping[TaskId, int]) -> list[apb.TaskLag]:
+    return [apb.TaskLag(task=task_to_proto(t), lag=lag) for t, lag in sorted(lags.items())]
+
+
+def reason_to_proto(reason: Any) -> apb.Reason:
+    msg = apb.Reason(task=task_to_proto(reason.task), role=_ROLE_TO_PB[str(reason.role)], code=str(reason.code), detail=reason.detail)
+    if reason.client is not None:
+        msg.client = reason.client
+    return msg
+
+
+def result_to_proto(result: AssignmentResult) -> apb.AssignmentResult:
+    msg = apb.AssignmentResult(
+        clients=[
+            apb.ClientAssignment(
+                client_id=cid,
+                active=[task_to_proto(t) for t in a.active],
+                standby=[task_to_proto(t) for t in a.standby],
+                warmup=[task_to_proto(t) for t in a.warmup],
+            )
+            for cid, a in sorted(result.clients.items())
+        ],
+        probing_rebalance_needed=result.probing_rebalance_needed,
+        reasons=[reason_to_proto(r) for r in result.reasons],
+        rack_awareness=apb.RackAwareReport(
+            strategy=_STRATEGY_TO_PB[str(result.rack_awareness.strategy)],
+            enabled=result.rack_awareness.enabled,
+            disabled_reason=result.rack_awareness.disabled_reason,
+            cross_rack_before=result.rack_awareness.cross_rack_before,
+            cross_rack_after=result.rack_awareness.cross_rack_after,
+        ),
+    )
+    if result.followup_rebalance_ms is not None:
+        msg.followup_rebalance_ms = result.followup_rebalance_ms
+    return msg
+
+
+def describe_to_proto(view: GroupView) -> pb.GroupDescription:
+    msg = pb.GroupDescription(
+        group_id=view.group_id,
+        state=_STATE_TO_PB[view.state],
+        generation_id=view.generation,
+        commonly_supported_version=view.commonly_supported_version,
+        next_probe_reason=view.next_probe_reason,
+        reasons=[reason_to_proto(r) for r in view.reasons],
+        last_rebalance_ms=view.last_rebalance_ms,
+        last_rebalance_trigger=view.last_rebalance_trigger,
+        assignment_error=int(view.assignment_error),
+    )
+    if view.topology is not None:
+        msg.topology.CopyFrom(topology_to_proto(view.topology))
+    if view.config is not None:
+        msg.config.CopyFrom(config_to_proto(view.config))
+    if view.next_probe_ms is not None:
+        msg.next_probe_ms = view.next_probe_ms
+    for m in view.members:
+        member = msg.members.add(
+            member_id=m.member_id,
+            process_id=m.process_id,
+            client_tags=dict(m.client_tags),
+            num_threads=m.num_threads,
+            version=m.version,
+            latest_supported_version=m.latest_supported_version,
+            lags=_lag_list(m.lags),
+            lags_updated_ms=m.lags_updated_ms,
+            active=[task_to_proto(t) for t in m.active],
+            standby=[task_to_proto(t) for t in m.standby],
+            warmup=[task_to_proto(t) for t in m.warmup],
+            session_timeout_ms=m.session_timeout_ms,
+        )
+        if m.group_instance_id is not None:
+            member.group_instance_id = m.group_instance_id
+        if m.endpoint is not None:
+            member.endpoint.CopyFrom(pb.HostInfo(host=m.endpoint.host, port=m.endpoint.port))
+        if m.rack is not None:
+            member.rack = m.rack
+    return msg
+
+
+# ---- the stateless Assign RPC -------------------------------------------------------------------
+
+
+def _lag_json(lag: int) -> int | str:
+    return "latest" if lag == LATEST else "unknown" if lag == UNKNOWN else lag
+
+
+def problem_document_from_proto(msg: apb.AssignmentProblem) -> dict[str, Any]:
+    """The scenario document (docs/scenario-format.md) this problem is the twin of; the
+    scenario parser then validates it and names fields the way the document does."""
+    config = config_from_proto(msg.config, "config")
+    tasks = []
+    for i, spec in enumerate(msg.tasks):
+        task = _task(spec.id, f"tasks[{i}].id")
+        document: dict[str, Any] = {
+            "id": str(task),
+            "stateful": spec.stateful,
+            "partitions": [{"topic": tp.topic, "partition": tp.partition, "racks": list(tp.racks)} for tp in spec.partitions],
+        }
+        if spec.HasField("changelog_offsets"):
+            document["changelog_offsets"] = spec.changelog_offsets
+        tasks.append(document)
+    clients = []
+    for i, client in enumerate(msg.clients):
+        lags: dict[str, int | str] = {}
+        for j, item in enumerate(client.lags):
+            key = str(_task(item.task, f"clients[{i}].lags[{j}].task"))
+            if key in lags:
+                raise InvalidInput(f"clients[{i}].lags[{j}].task", f"duplicate task {key}")
+            lags[key] = _lag_json(item.lag)
+        document = {
+            "id": client.id,
+            "threads": client.threads,
+            "tags": dict(client.tags),
+            "prev_active": [str(_task(t, f"clients[{i}].prev_active[{j}]")) for j, t in enumerate(client.prev_active)],
+            "prev_standby": [str(_task(t, f"clients[{i}].prev_standby[{j}]")) for j, t in enumerate(client.prev_standby)],
+            "lags": lags,
+        }
+        if client.HasField("rack"):
+            document["rack"] = client.rack
+        clients.append(document)
+    config_doc = {name: getattr(config, name) for name in AssignmentConfig.__dataclass_fields__}
+    config_doc["assignor"] = str(config.assignor)
+    config_doc["rack_aware_strategy"] = str(config.rack_aware_strategy)
+    config_doc["rack_aware_assignment_tags"] = list(config.rack_aware_assignment_tags)
+    return {"version": 1, "config": config_doc, "tasks": tasks, "clients": clients}
+
+
+# ---- the servicer ---------------------------------------------------------------------------------
+
+
+class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+        self._host_maps = _HostMapCache()
+
+    async def _guard(self, context: grpc.aio.ServicerContext, convert, *args: Any) -> Any:
+        """The one place where contract faults become gRPC status codes."""
+        if self._coordinator.draining or not self._coordinator.loaded:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is draining or loading its state")
+        try:
+            return convert(*args)
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
+
+    async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
+        domain = await self._guard(context, join_from_proto, request)
+        response = await self._coordinator.join(domain)
+        return pb.JoinGroupResponse(
+            error_code=int(response.error),
+            error_message=response.message,
+            generation_id=response.generation_id,
+            member_id=response.member_id,
+            commonly_supported_version=response.commonly_supported_version,
+        )
+
+    async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse:
+        group_id, member_id, instance = await self._guard(context, _member_fields, request)
+        response = await self._coordinator.sync(SyncGroupRequest(group_id, member_id, instance, request.generation_id))
+        msg = pb.SyncGroupResponse(error_code=int(response.error), error_message=response.message)
+        if response.assignment is not None:
+            msg.assignment.CopyFrom(assignment_to_proto(response.assignment, self._host_maps))
+        return msg
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
+        def convert(msg: pb.HeartbeatRequest) -> HeartbeatRequest:
+            group_id, member_id, instance = _member_fields(msg)
+            lags = lags_from_proto(msg.lags, "lags") if msg.HasField("lags") else None
+            return HeartbeatRequest(group_id, member_id, instance, msg.generation_id, lags)
+
+        domain = await self._guard(context, convert, request)
+        response = await self._coordinator.heartbeat(domain)
+        msg = pb.HeartbeatResponse(error_code=int(response.error), error_message=response.message)
+        if response.next_rebalance_ms is not None:
+            msg.next_rebalance_ms = response.next_rebalance_ms
+        return msg
+
+    async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
+        group_id, member_id, instance = await self._guard(context, _member_fields, request)
+        response = await self._coordinator.leave(LeaveGroupRequest(group_id, member_id, instance))
+        return pb.LeaveGroupResponse(error_code=int(response.error), error_message=response.message)
+
+    async def DescribeGroup(self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext) -> pb.DescribeGroupResponse:
+        group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
+        view = self._coordinator.describe(group_id)
+        if view is None:
+            return pb.DescribeGroupResponse(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), error_message=f"group {group_id!r} not found")
+        return pb.DescribeGroupResponse(group=describe_to_proto(view))
+
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext) -> pb.ListGroupsResponse:
+        await self._guard(context, lambda: None)
+        return pb.ListGroupsResponse(
+            groups=[
+                pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation, member_count=g.member_count)
+                for g in self._coordinator.list_groups()
+            ]
+        )
+
+    async def Assign(self, request: pb.AssignRequest, context: grpc.aio.ServicerContext) -> pb.AssignResponse:
+        def convert(msg: pb.AssignRequest):
+            try:
+                return parse_problem(problem_document_from_proto(msg.problem))
+            except InvalidInput as error:
+                raise InvalidInput(f"problem.{error.field}", error.message) from None
+
+        problem = await self._guard(context, convert, request)
+        try:
+            result = await asyncio.to_thread(solve, problem)
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"problem.{error.field}: {error.message}")
+        return pb.AssignResponse(result=result_to_proto(result))
+
+    async def RouteQuery(self, request: pb.RouteQueryRequest, context: grpc.aio.ServicerContext) -> pb.RouteQueryResponse:
+        def convert(msg: pb.RouteQueryRequest):
+            group_id = _identifier(msg.group_id, "group_id", required=True)
+            store = _identifier(msg.store, "store", required=True)
+            if msg.partition < 0:
+                raise InvalidInput("partition", f"must be >= 0, got {msg.partition}")
+            if msg.HasField("max_lag") and msg.max_lag < 0:
+                raise InvalidInput("max_lag", f"must be >= 0, got {msg.max_lag}")
+            return group_id, store, msg.partition, (msg.max_lag if msg.HasField("max_lag") else None)
+
+        group_id, store, partition, max_lag = await self._guard(context, convert, request)
+        answer = self._coordinator.route(group_id, store, partition, max_lag)
+        msg = pb.RouteQueryResponse(error_code=int(answer.error), error_message=answer.message)
+        if answer.task is not None:
+            msg.task.CopyFrom(task_to_proto(answer.task))
+        for host in answer.hosts:
+            entry = msg.hosts.add(process_id=host.process_id, role=_ROLE_TO_PB[host.role], lag=host.lag, lag_age_ms=host.lag_age_ms)
+            if host.endpoint is not None:
+                entry.host.CopyFrom(pb.HostInfo(host=host.endpoint.host, port=host.endpoint.port))
+        return msg

@@ -1,0 +1,94 @@
+"""Effects: what the group state machine asks the runtime to do, handed out as data.
+
+The state machine never touches a clock, a socket, a file or a future (house style, after
+etcd-raft's ``Ready`` and Kafka's ``CoordinatorResult``): its handlers return a response and a
+list of these, and ``server.runtime`` carries them out in order, persisting before it replies.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from assignor.model import AssignmentProblem
+
+
+class TimerKind(enum.StrEnum):
+    SESSION = "session"  # session:{group}:{member}: the member's session timeout
+    JOIN = "join"  # join:{group}: the join barrier's deadline (rebalance timeout, initial delay)
+    PROBE = "probe"  # probe:{group}: the scheduled probing rebalance
+
+
+@dataclass(frozen=True, slots=True)
+class TimerKey:
+    """A keyed timer (house style): scheduling a key again replaces it."""
+
+    kind: TimerKind
+    group_id: str
+    member_id: str = ""
+
+    def __str__(self) -> str:
+        if self.member_id:
+            return f"{self.kind}:{self.group_id}:{self.member_id}"
+        return f"{self.kind}:{self.group_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTimer:
+    key: TimerKey
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    key: TimerKey
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Complete a parked call (a long-polling JoinGroup) with this response."""
+
+    call_id: int
+    response: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Write the group's durable state before any reply of the same outcome goes out."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeAssignment:
+    """Run the assignor on this problem, then hand the result back to the group
+    (``Group.assignment_computed``); the runtime times it and may run it off the event loop."""
+
+    group_id: str
+    generation: int
+    problem: AssignmentProblem
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRebalanceLog:
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something worth a log line and a metric: ``name`` like ``group.rebalance.completed``."""
+
+    name: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Effect = ScheduleTimer | CancelTimer | Reply | Persist | ComputeAssignment | AppendRebalanceLog | Event
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A handler's result: the immediate response (None when the call is parked) and effects."""
+
+    response: Any = None
+    effects: list[Effect] = field(default_factory=list)

@@ -1,0 +1,809 @@
+"""The group state machine: Kafka's classic group protocol with the server as the leader.
+
+Pure and synchronous. Each handler takes a domain request and ``now_ms``, mutates this group's
+in-memory state (owned by the runtime, which serialises calls per group) and returns an
+``Outcome``: the response, or None for a parked JoinGroup, plus effects (timers, replies to
+parked calls, persistence, the assignor run, the rebalance log, events). No clock, no I/O, no
+asyncio here; the same calls with the same times give the same effects.
+
+Rules and their sources:
+- The states and their transitions are Kafka's ``ClassicGroupState``; JoinGroup long-polls
+  until every known member has rejoined or the rebalance timeout passes (members that miss it
+  are dropped); the server computes the assignment once per generation.
+- Static membership (KIP-345): a restart with the same group_instance_id takes its old place
+  with no rebalance; the old member id is fenced (FENCED_INSTANCE_ID).
+- Probing rebalances (KIP-441 "Probing Rebalances"): scheduled after an assignment that needs
+  one, replaced by any natural rebalance, none once balanced. Beyond the KIP, the lag-driven
+  early probe answers its "Rejected Alternatives" worry (rebalance storms) by deciding centrally,
+  and never sooner than ``min_probe_interval_ms`` after the last rebalance.
+- Version probing: the group runs at the lowest version any member speaks (group_leader.proto).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from assignor.model import (
+    LATEST,
+    UNKNOWN,
+    AssignmentConfig,
+    AssignmentProblem,
+    AssignmentResult,
+    ClientAssignment,
+    ClientState,
+    ReasonCode,
+    Role,
+    TaskId,
+)
+from assignor.scenario import problem_to_document, result_to_document
+from server.effects import (
+    AppendRebalanceLog,
+    CancelTimer,
+    ComputeAssignment,
+    Event,
+    Outcome,
+    Persist,
+    Reply,
+    ScheduleTimer,
+    TimerKey,
+    TimerKind,
+)
+from server.model import (
+    LATEST_SUPPORTED_VERSION,
+    AssignorError,
+    ClusterMetadata,
+    ErrorCode,
+    GroupOverview,
+    GroupView,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    HostInfo,
+    HostTasks,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LagReport,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberAssignment,
+    MemberView,
+    QueryHost,
+    RouteAnswer,
+    Subscription,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    Topology,
+    Trigger,
+)
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    """No members. Left when a member joins (to PreparingRebalance)."""
+    PREPARING_REBALANCE = "PreparingRebalance"
+    """A rebalance has begun: JoinGroup calls are parked until every known member has rejoined
+    (after the initial delay for a new group) or the rebalance timeout passes. Heartbeats answer
+    REBALANCE_IN_PROGRESS. Left for CompletingRebalance (the barrier released) or Empty."""
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    """The server has computed the generation's assignment; members fetch it with SyncGroup.
+    Left for Stable once every member has synced, or PreparingRebalance."""
+    STABLE = "Stable"
+    """Everyone has its assignment. Left for PreparingRebalance (membership, topology, probe)."""
+    DEAD = "Dead"
+    """The group is being unloaded (server drain): every call answers COORDINATOR_NOT_AVAILABLE."""
+
+
+_ALLOWED_PREVIOUS: Mapping[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.EMPTY, GroupState.COMPLETING_REBALANCE, GroupState.STABLE}
+    ),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.DEAD: frozenset(
+        {GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE}
+    ),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A bug, not a protocol error (house style, "Group lifecycle")."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """The server-wide settings that shape every group (docs/interfaces.md)."""
+
+    min_session_timeout_ms: int = 6_000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3_000
+    min_probe_interval_ms: int = 60_000
+    early_probe: bool = True
+
+
+@dataclass(slots=True)
+class Member:
+    """One worker process in the group. Mutable, owned by its group."""
+
+    member_id: str
+    group_instance_id: str | None
+    process_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    version: int
+    latest_supported_version: int
+    num_threads: int
+    endpoint: HostInfo | None
+    rack: str | None
+    client_tags: Mapping[str, str]
+    lags: LagReport
+    lags_updated_ms: int
+    shutdown_requested: bool = False
+    join_call: int | None = None  # the parked JoinGroup, if any
+    synced: bool = False
+    session_deadline_ms: int = 0
+
+    @classmethod
+    def from_join(cls, request: JoinGroupRequest, member_id: str, now_ms: int) -> Member:
+        member = cls(
+            member_id=member_id,
+            group_instance_id=request.group_instance_id,
+            process_id="",
+            session_timeout_ms=0,
+            rebalance_timeout_ms=0,
+            version=0,
+            latest_supported_version=0,
+            num_threads=1,
+            endpoint=None,
+            rack=None,
+            client_tags=MappingProxyType({}),
+            lags=LagReport(),
+            lags_updated_ms=now_ms,
+        )
+        member.update(request, now_ms)
+        return member
+
+    def update(self, request: JoinGroupRequest, now_ms: int) -> None:
+        sub = request.subscription
+        self.process_id = sub.process_id
+        self.session_timeout_ms = request.session_timeout_ms
+        self.rebalance_timeout_ms = request.rebalance_timeout_ms or request.session_timeout_ms
+        self.version = sub.version
+        self.latest_supported_version = min(sub.latest_supported_version, LATEST_SUPPORTED_VERSION)
+        self.num_threads = sub.num_threads
+        self.endpoint = sub.endpoint
+        self.rack = sub.rack
+        self.client_tags = sub.client_tags
+        self.lags = sub.lags
+        self.lags_updated_ms = now_ms
+        self.shutdown_requested = sub.error_code == AssignorError.SHUTDOWN_REQUESTED
+
+
+@dataclass(slots=True)
+class Group:
+    """One group's state. Every public method is a handler: request + now_ms -> Outcome."""
+
+    group_id: str
+    settings: GroupSettings = GroupSettings()
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_version: int = LATEST_SUPPORTED_VERSION
+    topology: Topology | None = None
+    config: AssignmentConfig | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    instances: dict[str, str] = field(default_factory=dict)  # group_instance_id -> member_id
+    end_offsets: dict[TaskId, int] = field(default_factory=dict)
+    result: AssignmentResult | None = None
+    assignment_error: AssignorError = AssignorError.NONE
+    cluster: ClusterMetadata | None = None
+    last_rebalance_ms: int = 0
+    last_trigger: str = ""
+    pending_trigger: str = ""
+    join_ready_ms: int = 0
+    join_deadline_ms: int = 0
+    next_probe_ms: int | None = None
+    next_probe_reason: str = ""
+
+    # ---- state transitions -------------------------------------------------------------------
+
+    def _transition(self, target: GroupState) -> None:
+        if self.state not in _ALLOWED_PREVIOUS[target]:
+            raise IllegalTransition(f"group {self.group_id}: {self.state.value} -> {target.value}")
+        self.state = target
+
+    def _key(self, kind: TimerKind, member_id: str = "") -> TimerKey:
+        return TimerKey(kind, self.group_id, member_id)
+
+    def _check_alive(self) -> ErrorCode | None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE if self.state is GroupState.DEAD else None
+
+    # ---- JoinGroup ---------------------------------------------------------------------------
+
+    def join(self, request: JoinGroupRequest, call_id: int, now_ms: int) -> Outcome:
+        if self._check_alive():
+            return Outcome(JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining"))
+        timeout = request.session_timeout_ms
+        if not self.settings.min_session_timeout_ms <= timeout <= self.settings.max_session_timeout_ms:
+            return Outcome(
+                JoinGroupResponse(
+                    ErrorCode.INVALID_SESSION_TIMEOUT,
+                    f"session_timeout_ms {timeout} is outside [{self.settings.min_session_timeout_ms}, "
+                    f"{self.settings.max_session_timeout_ms}]",
+                )
+            )
+        if request.member_id:
+            return self._join_known(request, call_id, now_ms)
+        return self._join_new(request, call_id, now_ms)
+
+    def _inconsistency(self, sub: Subscription) -> str | None:
+        """Why this subscription disagrees with the group, or None. An Empty group takes the
+        newcomer's topology and config: there is nobody left to disagree with."""
+        if self.state is GroupState.EMPTY or self.topology is None or self.config is None:
+            return None
+        difference = self.topology.structure_difference(sub.topology)
+        if difference:
+            return f"topology: {difference}"
+        if sub.config != self.config:
+            for name in AssignmentConfig.__dataclass_fields__:
+                if getattr(sub.config, name) != getattr(self.config, name):
+                    return (
+                        f"config.{name}: {getattr(sub.config, name)!r} differs from the group's "
+                        f"{getattr(self.config, name)!r}"
+                    )
+        return None
+
+    def _adopt_topology(self, sub: Subscription) -> str | None:
+        """Take the newcomer's metadata into the group; returns the trigger it implies, if any."""
+        if self.state is GroupState.EMPTY:
+            trigger = None
+            if self.topology is not None and self.topology != sub.topology:
+                trigger = Trigger.TOPOLOGY_CHANGED
+            elif self.config is not None and self.config != sub.config:
+                trigger = Trigger.CONFIG_CHANGED
+            self.topology, self.config = sub.topology, sub.config
+            return trigger
+        assert_topology = self.topology
+        if assert_topology is None:  # pragma: no cover - guarded by _inconsistency
+            raise IllegalTransition("group without topology")
+        merged = assert_topology.merged(sub.topology)
+        if merged != assert_topology:
+            self.topology = merged
+            return Trigger.TOPOLOGY_CHANGED
+        return None
+
+    def _absorb_end_offsets(self, report: LagReport) -> None:
+        for task, offset in report.end_offsets.items():
+            if offset > self.end_offsets.get(task, -1):
+                self.end_offsets[task] = offset
+
+    def _join_new(self, request: JoinGroupRequest, call_id: int, now_ms: int) -> Outcome:
+        sub = request.subscription
+        difference = self._inconsistency(sub)
+        if difference:
+            return Outcome(JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, difference))
+        instance = request.group_instance_id
+        if instance and instance in self.instances:
+            return self._replace_static(request, call_id, now_ms)
+        outcome = Outcome()
+        for other in sorted(self.members.values(), key=lambda m: m.member_id):
+            if other.process_id == sub.process_id:
+                # The same worker process joining afresh: its old member is gone for good.
+                outcome.effects += self._remove_member(other, ErrorCode.UNKNOWN_MEMBER_ID, "superseded by a new member of the same process")
+        topology_trigger = self._adopt_topology(sub)
+        self._absorb_end_offsets(sub.lags)
+        member = Member.from_join(request, request.new_member_id, now_ms)
+        self.members[member.member_id] = member
+        if instance:
+            self.instances[instance] = member.member_id
+        outcome.effects.append(Event("group.member.joined", {"member_id": member.member_id, "process_id": member.process_id}))
+        return self._park(member, call_id, topology_trigger or Trigger.MEMBER_JOINED, now_ms, outcome)
+
+    def _replace_static(self, request: JoinGroupRequest, call_id: int, now_ms: int) -> Outcome:
+        """KIP-345: the restarted instance takes its predecessor's place; the predecessor is fenced."""
+        instance = request.group_instance_id or ""
+        old = self.members.pop(self.instances[instance])
+        outcome = Outcome()
+        outcome.effects.append(CancelTimer(self._key(TimerKind.SESSION, old.member_id)))
+        if old.join_call is not None:
+            outcome.effects.append(Reply(old.join_call, JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer member with the same group_instance_id")))
+        topology_trigger = self._adopt_topology(request.subscription)
+        self._absorb_end_offsets(request.subscription.lags)
+        member = Member.from_join(request, request.new_member_id, now_ms)
+        self.members[member.member_id] = member
+        self.instances[instance] = member.member_id
+        outcome.effects.append(
+            Event("group.member.replaced", {"member_id": member.member_id, "old_member_id": old.member_id, "group_instance_id": instance})
+        )
+        if old.process_id != member.process_id:
+            self._rekey_process(old.process_id, member.process_id)
+        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and topology_trigger is None:
+            member.synced = False
+            self._rebuild_cluster()
+            outcome.effects += self._touch_session(member, now_ms)
+            outcome.effects.append(Persist(self.group_id))
+            outcome.response = JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version)
+            return outcome
+        return self._park(member, call_id, topology_trigger or Trigger.MEMBER_REJOINED, now_ms, outcome)
+
+    def _rekey_process(self, old_pid: str, new_pid: str) -> None:
+        if self.result is None or old_pid not in self.result.clients:
+            return
+        clients = dict(self.result.clients)
+        clients[new_pid] = clients.pop(old_pid)
+        self.result = dataclasses.replace(self.result, clients=MappingProxyType(clients))
+
+    def _join_known(self, request: JoinGroupRequest, call_id: int, now_ms: int) -> Outcome:
+        member, error = self._lookup(request.member_id, request.group_instance_id)
+        if member is None:
+            return Outcome(JoinGroupResponse(error, _MESSAGES[error]))
+        difference = self._inconsistency(request.subscription)
+        if difference:
+            return Outcome(JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, difference))
+        outcome = Outcome()
+        if member.join_call is not None:
+            outcome.effects.append(Reply(member.join_call, JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer JoinGroup of the same member")))
+            member.join_call = None
+        topology_trigger = self._adopt_topology(request.subscription)
+        self._absorb_end_offsets(request.subscription.lags)
+        member.update(request, now_ms)
+        return self._park(member, call_id, topology_trigger or Trigger.MEMBER_REJOINED, now_ms, outcome)
+
+    def _park(self, member: Member, call_id: int, trigger: str, now_ms: int, outcome: Outcome) -> Outcome:
+        member.join_call = call_id
+        outcome.effects.append(CancelTimer(self._key(TimerKind.SESSION, member.member_id)))
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            outcome.effects += self._prepare_rebalance(trigger, now_ms)
+        elif trigger == Trigger.TOPOLOGY_CHANGED:
+            self.pending_trigger = trigger
+        outcome.effects += self._maybe_complete_join(now_ms)
+        return outcome
+
+    # ---- rebalance ---------------------------------------------------------------------------
+
+    def _prepare_rebalance(self, trigger: str, now_ms: int) -> list:
+        was_empty = self.state is GroupState.EMPTY
+        self._transition(GroupState.PREPARING_REBALANCE)
+        self.pending_trigger = trigger
+        effects: list = [Event("group.rebalance.started", {"trigger": str(trigger)})]
+        effects += self._cancel_probe()
+        longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        self.join_deadline_ms = now_ms + longest
+        self.join_ready_ms = now_ms + (self.settings.initial_rebalance_delay_ms if was_empty else 0)
+        return effects
+
+    def _maybe_complete_join(self, now_ms: int) -> list:
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            return []
+        all_joined = all(m.join_call is not None for m in self.members.values())
+        if self.members and all_joined and now_ms >= self.join_ready_ms:
+            return self._complete_join(now_ms)
+        if now_ms >= self.join_deadline_ms:
+            effects: list = []
+            for member in sorted(self.members.values(), key=lambda m: m.member_id):
+                if member.join_call is None:
+                    effects += self._remove_member(member, None, "")
+                    effects.append(Event("group.member.dropped", {"member_id": member.member_id, "reason": "missed the rebalance timeout"}))
+            return effects + self._complete_join(now_ms)
+        wake = self.join_ready_ms if (self.members and all_joined) else self.join_deadline_ms
+        return [ScheduleTimer(self._key(TimerKind.JOIN), wake)]
+
+    def _complete_join(self, now_ms: int) -> list:
+        effects: list = [CancelTimer(self._key(TimerKind.JOIN))]
+        self.generation += 1
+        if not self.members:
+            self._transition(GroupState.EMPTY)
+            self.result, self.cluster, self.assignment_error = None, None, AssignorError.NONE
+            effects += self._cancel_probe()
+            effects += [Persist(self.group_id), Event("group.empty", {"generation": self.generation})]
+            return effects
+        self._transition(GroupState.COMPLETING_REBALANCE)
+        self.protocol_version = min(m.latest_supported_version for m in self.members.values())
+        topology = self.topology
+        if any(m.shutdown_requested for m in self.members.values()):
+            return effects + self._finish_without_assignor(AssignorError.SHUTDOWN_REQUESTED, now_ms)
+        if topology is None or not topology.metadata_complete:
+            return effects + self._finish_without_assignor(AssignorError.INCOMPLETE_SOURCE_TOPIC_METADATA, now_ms)
+        effects.append(ComputeAssignment(self.group_id, self.generation, self.build_problem()))
+        return effects
+
+    def build_problem(self) -> AssignmentProblem:
+        """The assignor's input: one client per worker process, keyed by its process id."""
+        if self.topology is None or self.config is None:
+            raise IllegalTransition(f"group {self.group_id} has no topology")
+        tasks = self.topology.task_specs(self.end_offsets)
+        known = {spec.id for spec in tasks}
+        previous_owner = self.result.active_owner() if self.result else {}
+        members = sorted(self.members.values(), key=lambda m: m.process_id)
+        lags_by_pid = {m.process_id: {t: lag for t, lag in m.lags.lags(self.end_offsets).items() if t in known} for m in members}
+        # A task claimed as a running active by two processes (a zombie): keep one claim, the
+        # previous owner's, else the first process id's; the other becomes a caught-up copy.
+        claims: dict[TaskId, list[str]] = {}
+        for pid, lags in lags_by_pid.items():
+            for task, lag in lags.items():
+                if lag == LATEST:
+                    claims.setdefault(task, []).append(pid)
+        for task, pids in claims.items():
+            keep = previous_owner.get(task) if previous_owner.get(task) in pids else pids[0]
+            for pid in pids:
+                if pid != keep:
+                    lags_by_pid[pid][task] = 0
+        clients = tuple(
+            ClientState(
+                id=m.process_id,
+                threads=m.num_threads,
+                rack=m.rack,
+                tags=m.client_tags,
+                prev_active=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if lag == LATEST),
+                # KIP-441 "Rebalance Metadata": task lags subsume PrevTasks and StandbyTasks.
+                prev_standby=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if lag != LATEST),
+                lags=MappingProxyType(lags_by_pid[m.process_id]),
+            )
+            for m in members
+        )
+        return AssignmentProblem(tasks=tasks, clients=clients, config=self.config)
+
+    def _finish_without_assignor(self, error: AssignorError, now_ms: int) -> list:
+        self.result = None
+        self.assignment_error = error
+        return self._release_joins(now_ms, [Event("group.rebalance.completed", {"generation": self.generation, "assignment_error": error.name})])
+
+    def assignment_computed(
+        self, generation: int, problem: AssignmentProblem, result: AssignmentResult | None, error: str, compute_ms: float, now_ms: int
+    ) -> Outcome:
+        """The runtime's answer to ``ComputeAssignment``: release the join barrier."""
+        if generation != self.generation or self.state is not GroupState.COMPLETING_REBALANCE:
+            return Outcome(effects=[Event("group.assignment.stale", {"generation": generation})])
+        effects: list = []
+        if result is None:
+            self.result = None
+            self.assignment_error = AssignorError.ASSIGNMENT_ERROR
+            effects.append(Event("group.assignment.failed", {"generation": generation, "error": error}))
+        else:
+            self.result = result
+            self.assignment_error = AssignorError.NONE
+            effects += self._schedule_followup(result, now_ms)
+            effects.append(
+                AppendRebalanceLog(
+                    {
+                        "schema": 1,
+                        "group_id": self.group_id,
+                        "generation": generation,
+                        "time_ms": now_ms,
+                        "compute_ms": round(compute_ms, 3),
+                        "trigger": str(self.pending_trigger),
+                        "input": problem_to_document(problem),
+                        "output": result_to_document(result, explain=True),
+                    }
+                )
+            )
+        warmups = sum(len(a.warmup) for a in result.clients.values()) if result else 0
+        effects.append(
+            Event(
+                "group.rebalance.completed",
+                {
+                    "generation": generation,
+                    "trigger": str(self.pending_trigger),
+                    "members": len(self.members),
+                    "compute_ms": round(compute_ms, 3),
+                    "warmups": warmups,
+                    "probing_rebalance_needed": bool(result and result.probing_rebalance_needed),
+                },
+            )
+        )
+        return Outcome(effects=self._release_joins(now_ms, effects))
+
+    def _release_joins(self, now_ms: int, effects: list) -> list:
+        self.last_rebalance_ms = now_ms
+        self.last_trigger = self.pending_trigger
+        self._rebuild_cluster()
+        replies = []
+        for member in sorted(self.members.values(), key=lambda m: m.member_id):
+            member.synced = False
+            effects += self._touch_session(member, now_ms)
+            if member.join_call is not None:
+                replies.append(
+                    Reply(member.join_call, JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version))
+                )
+                member.join_call = None
+        # Persist first: the replies depend on the generation being durable.
+        return [Persist(self.group_id), *effects, *replies]
+
+    def _rebuild_cluster(self) -> None:
+        topology = self.topology or Topology(())
+        hosts = []
+        for member in sorted(self.members.values(), key=lambda m: m.process_id):
+            assignment = self._client_assignment(member.process_id)
+            hosts.append(
+                HostTasks(
+                    member.process_id,
+                    member.endpoint,
+                    assignment.active,
+                    tuple(sorted(set(assignment.standby) | set(assignment.warmup))),
+                )
+            )
+        self.cluster = ClusterMetadata(self.generation, topology, tuple(hosts))
+
+    def _client_assignment(self, process_id: str) -> ClientAssignment:
+        if self.result is None:
+            return ClientAssignment()
+        return self.result.clients.get(process_id, ClientAssignment())
+
+    # ---- probing rebalances ------------------------------------------------------------------
+
+    def _schedule_followup(self, result: AssignmentResult, now_ms: int) -> list:
+        """KIP-441 "Probing Rebalances": one after an assignment that needs it, none once balanced."""
+        if not result.probing_rebalance_needed or self.config is None:
+            return self._cancel_probe()
+        interval = result.followup_rebalance_ms or self.config.probing_rebalance_interval_ms
+        return self._schedule_probe(now_ms + interval, Trigger.PROBING_REBALANCE)
+
+    def _schedule_probe(self, at_ms: int, reason: str) -> list:
+        self.next_probe_ms, self.next_probe_reason = at_ms, str(reason)
+        return [
+            ScheduleTimer(self._key(TimerKind.PROBE), at_ms),
+            Event("group.probe.scheduled", {"reason": str(reason), "at_ms": at_ms}),
+        ]
+
+    def _cancel_probe(self) -> list:
+        if self.next_probe_ms is None:
+            return []
+        self.next_probe_ms, self.next_probe_reason = None, ""
+        return [CancelTimer(self._key(TimerKind.PROBE))]
+
+    def warming_replicas(self) -> list[tuple[str, TaskId]]:
+        """(process id, task) of every replica placed to catch up: the warm-ups, and standbys
+        doubling as warm-ups (the assignor's STANDBY_AS_WARMUP reasons)."""
+        if self.result is None:
+            return []
+        replicas = {(pid, task) for pid, a in self.result.clients.items() for task in a.warmup}
+        for reason in self.result.reasons:
+            if reason.code == ReasonCode.STANDBY_AS_WARMUP and reason.client is not None:
+                replicas.add((reason.client, reason.task))
+        return sorted(replicas)
+
+    def _early_probe(self, now_ms: int) -> list:
+        """Beyond KIP-441: probe as soon as every warming replica is within
+        acceptable_recovery_lag, but never sooner than min_probe_interval_ms after the last
+        rebalance ("Rejected Alternatives": no rebalance storms, the leader decides)."""
+        if not self.settings.early_probe or self.result is None or self.config is None:
+            return []
+        if not self.result.probing_rebalance_needed or self.state is not GroupState.STABLE:
+            return []
+        warming = self.warming_replicas()
+        if not warming:
+            return []
+        lags = {m.process_id: m.lags.lags(self.end_offsets) for m in self.members.values()}
+        for pid, task in warming:
+            lag = lags.get(pid, {}).get(task)
+            if lag is None or lag == UNKNOWN or (lag != LATEST and lag > self.config.acceptable_recovery_lag):
+                return []
+        at = max(now_ms, self.last_rebalance_ms + self.settings.min_probe_interval_ms)
+        if self.next_probe_ms is not None and self.next_probe_ms <= at:
+            return []
+        return self._schedule_probe(at, Trigger.EARLY_PROBE)
+
+    def probe_due(self, now_ms: int) -> Outcome:
+        if self.next_probe_ms is None or now_ms < self.next_probe_ms:
+            return Outcome()
+        if self.state not in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            return Outcome()
+        reason = self.next_probe_reason or Trigger.PROBING_REBALANCE
+        effects: list = [Event("group.probe.fired", {"reason": reason})]
+        effects += self._prepare_rebalance(reason, now_ms)
+        effects += self._maybe_complete_join(now_ms)
+        return Outcome(effects=effects)
+
+    # ---- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------------
+
+    def _lookup(self, member_id: str, instance: str | None) -> tuple[Member | None, ErrorCode]:
+        """Fencing by member id and instance id (KIP-345)."""
+        if instance and instance in self.instances and self.instances[instance] != member_id:
+            return None, ErrorCode.FENCED_INSTANCE_ID
+        member = self.members.get(member_id)
+        if member is None:
+            return None, ErrorCode.UNKNOWN_MEMBER_ID
+        if member.group_instance_id != instance:
+            return None, ErrorCode.FENCED_INSTANCE_ID
+        return member, ErrorCode.NONE
+
+    def _touch_session(self, member: Member, now_ms: int) -> list:
+        member.session_deadline_ms = now_ms + member.session_timeout_ms
+        return [ScheduleTimer(self._key(TimerKind.SESSION, member.member_id), member.session_deadline_ms)]
+
+    def sync(self, request: SyncGroupRequest, now_ms: int) -> Outcome:
+        if self._check_alive():
+            return Outcome(SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining"))
+        member, error = self._lookup(request.member_id, request.group_instance_id)
+        if member is None:
+            return Outcome(SyncGroupResponse(error, _MESSAGES[error]))
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return Outcome(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, _MESSAGES[ErrorCode.REBALANCE_IN_PROGRESS]))
+        if request.generation_id != self.generation:
+            return Outcome(SyncGroupResponse(ErrorCode.ILLEGAL_GENERATION, f"generation {request.generation_id} is not the group's {self.generation}"))
+        effects = self._touch_session(member, now_ms)
+        member.synced = True
+        if self.state is GroupState.COMPLETING_REBALANCE and all(m.synced for m in self.members.values()):
+            self._transition(GroupState.STABLE)
+            effects.append(Event("group.stable", {"generation": self.generation}))
+            effects += self._early_probe(now_ms)
+        return Outcome(SyncGroupResponse(ErrorCode.NONE, "", self.member_assignment(member)), effects)
+
+    def member_assignment(self, member: Member) -> MemberAssignment:
+        """This member's part, encoded at the group's version (version probing)."""
+        assignment = self._client_assignment(member.process_id)
+        error = self.assignment_error
+        if error is AssignorError.NONE and member.version > self.protocol_version:
+            error = AssignorError.VERSION_PROBING
+        cluster = self.cluster or ClusterMetadata(self.generation, self.topology or Topology(()), ())
+        return MemberAssignment(
+            version=self.protocol_version,
+            commonly_supported_version=self.protocol_version,
+            active=assignment.active,
+            standby=assignment.standby,
+            warmup=assignment.warmup,
+            error=error,
+            next_rebalance_ms=self.next_probe_ms,
+            cluster=cluster,
+        )
+
+    def heartbeat(self, request: HeartbeatRequest, now_ms: int) -> Outcome:
+        if self._check_alive():
+            return Outcome(HeartbeatResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining"))
+        member, error = self._lookup(request.member_id, request.group_instance_id)
+        if member is None:
+            return Outcome(HeartbeatResponse(error, _MESSAGES[error]))
+        effects = [] if member.join_call is not None else self._touch_session(member, now_ms)
+        if request.lags is not None:
+            member.lags = request.lags
+            member.lags_updated_ms = now_ms
+            self._absorb_end_offsets(request.lags)
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return Outcome(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS, _MESSAGES[ErrorCode.REBALANCE_IN_PROGRESS]), effects)
+        if request.generation_id != self.generation:
+            return Outcome(HeartbeatResponse(ErrorCode.ILLEGAL_GENERATION, f"generation {request.generation_id} is not the group's {self.generation}"), effects)
+        if request.lags is not None:
+            effects += self._early_probe(now_ms)
+        return Outcome(HeartbeatResponse(ErrorCode.NONE, "", self.next_probe_ms), effects)
+
+    def leave(self, request: LeaveGroupRequest, now_ms: int) -> Outcome:
+        if self._check_alive():
+            return Outcome(LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining"))
+        member, error = self._lookup(request.member_id, request.group_instance_id)
+        if member is None:
+            return Outcome(LeaveGroupResponse(error, _MESSAGES[error]))
+        effects = self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID, "left the group")
+        effects.append(Event("group.member.left", {"member_id": member.member_id}))
+        effects += self._after_removal(Trigger.MEMBER_LEFT, now_ms)
+        return Outcome(LeaveGroupResponse(ErrorCode.NONE), effects)
+
+    def session_expired(self, member_id: str, now_ms: int) -> Outcome:
+        member = self.members.get(member_id)
+        # A stale timer: the member heartbeat, rejoined (parked joins do not expire) or left.
+        if member is None or member.join_call is not None or now_ms < member.session_deadline_ms:
+            return Outcome()
+        if self.state is GroupState.DEAD:
+            return Outcome()
+        effects = self._remove_member(member, None, "")
+        effects.append(Event("group.member.expired", {"member_id": member_id}))
+        effects += self._after_removal(Trigger.SESSION_EXPIRED, now_ms)
+        return Outcome(effects=effects)
+
+    def join_deadline(self, now_ms: int) -> Outcome:
+        return Outcome(effects=self._maybe_complete_join(now_ms))
+
+    def _remove_member(self, member: Member, reply_error: ErrorCode | None, message: str) -> list:
+        del self.members[member.member_id]
+        if member.group_instance_id and self.instances.get(member.group_instance_id) == member.member_id:
+            del self.instances[member.group_instance_id]
+        effects: list = [CancelTimer(self._key(TimerKind.SESSION, member.member_id))]
+        if member.join_call is not None and reply_error is not None:
+            effects.append(Reply(member.join_call, JoinGroupResponse(reply_error, message)))
+            member.join_call = None
+        return effects
+
+    def _after_removal(self, trigger: str, now_ms: int) -> list:
+        effects: list = [Persist(self.group_id)]
+        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            effects += self._prepare_rebalance(trigger, now_ms)
+        return effects + self._maybe_complete_join(now_ms)
+
+    # ---- drain ---------------------------------------------------------------------------------
+
+    def unload(self) -> Outcome:
+        """Server drain: parked joins answer COORDINATOR_NOT_AVAILABLE (the durable state stays)."""
+        if self.state is GroupState.DEAD:
+            return Outcome()
+        effects: list = []
+        for member in sorted(self.members.values(), key=lambda m: m.member_id):
+            effects.append(CancelTimer(self._key(TimerKind.SESSION, member.member_id)))
+            if member.join_call is not None:
+                effects.append(Reply(member.join_call, JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining")))
+                member.join_call = None
+        effects += [CancelTimer(self._key(TimerKind.JOIN)), CancelTimer(self._key(TimerKind.PROBE))]
+        self._transition(GroupState.DEAD)
+        return Outcome(effects=effects)
+
+    # ---- read-only views -----------------------------------------------------------------------
+
+    def overview(self) -> GroupOverview:
+        return GroupOverview(self.group_id, self.state.value, self.generation, len(self.members))
+
+    def describe(self) -> GroupView:
+        members = []
+        for m in sorted(self.members.values(), key=lambda m: m.member_id):
+            assignment = self._client_assignment(m.process_id)
+            members.append(
+                MemberView(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    process_id=m.process_id,
+                    endpoint=m.endpoint,
+                    rack=m.rack,
+                    client_tags=m.client_tags,
+                    num_threads=m.num_threads,
+                    version=m.version,
+                    latest_supported_version=m.latest_supported_version,
+                    lags=MappingProxyType(dict(sorted(m.lags.lags(self.end_offsets).items()))),
+                    lags_updated_ms=m.lags_updated_ms,
+                    active=assignment.active,
+                    standby=assignment.standby,
+                    warmup=assignment.warmup,
+                    session_timeout_ms=m.session_timeout_ms,
+                )
+            )
+        return GroupView(
+            group_id=self.group_id,
+            state=self.state.value,
+            generation=self.generation,
+            commonly_supported_version=self.protocol_version,
+            members=tuple(members),
+            topology=self.topology,
+            config=self.config,
+            next_probe_ms=self.next_probe_ms,
+            next_probe_reason=self.next_probe_reason,
+            reasons=self.result.reasons if self.result else (),
+            last_rebalance_ms=self.last_rebalance_ms,
+            last_rebalance_trigger=self.last_trigger,
+            assignment_error=self.assignment_error,
+        )
+
+    def route(self, store: str, partition: int, max_lag: int | None, now_ms: int) -> RouteAnswer:
+        """KIP-535 "Proposed Changes", step 4: the active if alive, else the most in-sync standbys
+        within the caller's acceptable lag. The lag of a store partition is its task's lag (summed
+        over the task's logged stores, an upper bound for each)."""
+        sub = self.topology.store_subtopology(store) if self.topology else None
+        if sub is None:
+            return RouteAnswer(ErrorCode.UNKNOWN_STATE_STORE, f"store {store!r} is not in group {self.group_id!r}'s topology")
+        task = TaskId(sub.id, partition)
+        if not 0 <= partition < sub.partition_count or self.result is None:
+            return RouteAnswer(ErrorCode.UNKNOWN_PARTITION, f"no assignment for partition {partition} of store {store!r}", task)
+        by_pid = {m.process_id: m for m in self.members.values()}
+        hosts: list[QueryHost] = []
+        for pid, assignment in sorted(self.result.clients.items()):
+            member = by_pid.get(pid)
+            if member is None:
+                continue
+            lag = member.lags.lags(self.end_offsets).get(task, UNKNOWN)
+            age = max(0, now_ms - member.lags_updated_ms)
+            if task in assignment.active:
+                return RouteAnswer(ErrorCode.NONE, "", task, (QueryHost(pid, member.endpoint, Role.ACTIVE.value, max(lag, 0) if lag == LATEST else lag, age),))
+            role = Role.STANDBY if task in assignment.standby else Role.WARMUP if task in assignment.warmup else None
+            if role is None:
+                continue
+            effective = 0 if lag == LATEST else lag
+            if effective == UNKNOWN or (max_lag is not None and effective > max_lag):
+                continue
+            hosts.append(QueryHost(pid, member.endpoint, role.value, effective, age))
+        hosts.sort(key=lambda h: (h.lag, h.process_id))
+        return RouteAnswer(ErrorCode.NONE, "", task, tuple(hosts))
+
+
+_MESSAGES: Mapping[ErrorCode, str] = {
+    ErrorCode.NONE: "",
+    ErrorCode.UNKNOWN_MEMBER_ID: "not a member of the group: rejoin with an empty member id",
+    ErrorCode.FENCED_INSTANCE_ID: "another member holds this group_instance_id",
+    ErrorCode.REBALANCE_IN_PROGRESS: "a rebalance is in progress: rejoin",
+}

@@ -1,0 +1,132 @@
+"""Operations plumbing for the runtime: structlog JSON logs, Prometheus metrics and the
+rebalance log (docs/interfaces.md, "Rebalance log").
+
+The state machine emits ``Event`` effects; ``Telemetry.record`` turns each into a log line with
+``group_id``, ``member_id`` and ``generation`` bound, and into metrics. The registry is per
+server instance so that tests can run several servers in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import logging.handlers
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+log = structlog.get_logger("server")
+
+#: Per-member events are frequent in large groups: logged at debug, the rest at info.
+_DEBUG_EVENTS = frozenset({"group.member.joined", "group.probe.scheduled", "group.stable"})
+
+
+def configure_logging(level: str = "info", fmt: str = "json") -> None:
+    """structlog to standard error, JSON by default (docs/interfaces.md, --log-format)."""
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}")
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+class Metrics:
+    """The server's Prometheus metrics (issue 4, "Operations")."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.rebalances = Counter("remote_leader_rebalances", "Completed rebalances", ["group", "trigger"], registry=r)
+        self.generation = Gauge("remote_leader_group_generation", "Current generation of the group", ["group"], registry=r)
+        self.members = Gauge("remote_leader_group_members", "Members of the group", ["group"], registry=r)
+        self.compute_seconds = Histogram(
+            "remote_leader_assignment_compute_seconds",
+            "Time the assignor took for one rebalance",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.warmups = Gauge("remote_leader_warmups_in_flight", "Warm-up replicas in the current assignment", ["group"], registry=r)
+        self.probes_scheduled = Counter("remote_leader_probes_scheduled", "Probing rebalances scheduled", ["group", "reason"], registry=r)
+        self.probes_fired = Counter("remote_leader_probes_fired", "Probing rebalances fired", ["group", "reason"], registry=r)
+
+
+class Telemetry:
+    """Events to logs and metrics."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def record(self, group_id: str, generation: int, members: int, name: str, fields: dict[str, Any]) -> None:
+        m = self.metrics
+        if name == "group.rebalance.completed":
+            m.rebalances.labels(group_id, fields.get("trigger", "")).inc()
+            if "compute_ms" in fields:
+                m.compute_seconds.observe(fields["compute_ms"] / 1000.0)
+            m.warmups.labels(group_id).set(fields.get("warmups", 0))
+        elif name == "group.probe.scheduled":
+            m.probes_scheduled.labels(group_id, fields["reason"]).inc()
+        elif name == "group.probe.fired":
+            m.probes_fired.labels(group_id, fields["reason"]).inc()
+        m.generation.labels(group_id).set(generation)
+        m.members.labels(group_id).set(members)
+        bound = log.bind(group_id=group_id, generation=generation)
+        if name in _DEBUG_EVENTS:
+            bound.debug(name, **fields)
+        else:
+            bound.info(name, **fields)
+
+
+class RebalanceLog:
+    """JSON lines, one completed rebalance per line, rotated by size (docs/interfaces.md).
+
+    Appends are queued and written in order by one task, off the event loop."""
+
+    def __init__(self, directory: Path, max_bytes: int = 104_857_600, backups: int = 10) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "rebalances.jsonl"
+        self._handler = logging.handlers.RotatingFileHandler(self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+        self._handler.setFormatter(logging.Formatter("%(message)s"))
+        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._drain(), name="rebalance-log-writer")
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._queue.put_nowait(record)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":"), sort_keys=False)
+        self._handler.emit(logging.makeLogRecord({"msg": line, "args": None}))
+
+    async def _drain(self) -> None:
+        while True:
+            record = await self._queue.get()
+            if record is None:
+                return
+            try:
+                await asyncio.to_thread(self._write, record)
+            except Exception as error:  # never lose the server over the log
+                log.error("rebalance_log.write.failed", error=repr(error))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._queue.put_nowait(None)
+            await self._task
+            self._task = None
+        self._handler.close()

@@ -1,0 +1,313 @@
+"""The runtime: runs the pure group state machine against the real world.
+
+It owns what the state machine must not touch: the per-group locks (groups are independent),
+the per-member cleanup mutex (KIP-441 "Race between assignment and state cleanup" asks for a
+mutex between the member's rebalance and its cleanup; here one member's calls and its
+session expiry or leave are serialised the same way, so an expiry never races a join in
+flight), the parked-call futures, the keyed timers, the assignor run (off the event loop),
+persistence before replies, the rebalance log and telemetry. Lock order: member, then group;
+no lock is held across an I/O await (persistence is awaited after the locks are released,
+and writes are ordered, so a later reply can never overtake an earlier write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import structlog
+
+import assignor
+from assignor.model import AssignmentProblem, AssignmentResult
+from server.effects import (
+    AppendRebalanceLog,
+    CancelTimer,
+    ComputeAssignment,
+    Event,
+    Outcome,
+    Persist,
+    Reply,
+    ScheduleTimer,
+    TimerKey,
+    TimerKind,
+)
+from server.group import Group, GroupSettings, GroupState
+from server.model import (
+    ErrorCode,
+    GroupOverview,
+    GroupView,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    RouteAnswer,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from server.observability import Metrics, RebalanceLog, Telemetry
+from server.store import GroupStore, restore, snapshot
+from server.timers import Clock, Timers
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[Group, int, int], Outcome]  # (group, call_id, now_ms) -> Outcome
+
+
+class _KeyedLocks:
+    """asyncio locks created on demand and dropped when nobody holds or waits for them."""
+
+    def __init__(self) -> None:
+        self._locks: dict[Any, tuple[asyncio.Lock, int]] = {}
+
+    def acquire(self, key: Any) -> _Held:
+        return _Held(self, key)
+
+    async def _enter(self, key: Any) -> None:
+        lock, users = self._locks.get(key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[key] = (lock, users + 1)
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._release_user(key)
+            raise
+
+    def _exit(self, key: Any) -> None:
+        self._locks[key][0].release()
+        self._release_user(key)
+
+    def _release_user(self, key: Any) -> None:
+        lock, users = self._locks[key]
+        if users <= 1:
+            del self._locks[key]
+        else:
+            self._locks[key] = (lock, users - 1)
+
+
+class _Held:
+    def __init__(self, owner: _KeyedLocks, key: Any) -> None:
+        self._owner, self._key = owner, key
+
+    async def __aenter__(self) -> None:
+        await self._owner._enter(self._key)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._owner._exit(self._key)
+
+
+class Coordinator:
+    """Every group of this server, and the machinery that runs their handlers."""
+
+    def __init__(
+        self,
+        settings: GroupSettings,
+        clock: Clock,
+        timers: Timers,
+        store: GroupStore | None = None,
+        rebalance_log: RebalanceLog | None = None,
+        metrics: Metrics | None = None,
+        assign: Callable[[AssignmentProblem], AssignmentResult] = assignor.solve,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.timers = timers
+        self.store = store
+        self.rebalance_log = rebalance_log
+        self.metrics = metrics or Metrics()
+        self.telemetry = Telemetry(self.metrics)
+        self._assign = assign
+        self.groups: dict[str, Group] = {}
+        self._group_locks = _KeyedLocks()
+        self._member_locks = _KeyedLocks()
+        self._calls: dict[int, asyncio.Future] = {}
+        self._call_ids = itertools.count(1)
+        self.draining = False
+        self.loaded = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load every group from the store and re-arm its timers."""
+        if self.store is not None:
+            for document in await self.store.load_all():
+                group = restore(document, self.settings)
+                self.groups[group.group_id] = group
+                await self._rearm(group)
+            self.store.start(self._snapshot_text)
+        if self.rebalance_log is not None:
+            self.rebalance_log.start()
+        self.loaded = True
+        log.info("server.state.loaded", groups=len(self.groups))
+
+    async def _rearm(self, group: Group) -> None:
+        now = self.clock.now_ms()
+        effects: list = []
+        for member in group.members.values():
+            member.session_deadline_ms = now + member.session_timeout_ms
+            effects.append(ScheduleTimer(TimerKey(TimerKind.SESSION, group.group_id, member.member_id), member.session_deadline_ms))
+        if group.next_probe_ms is not None:
+            effects.append(ScheduleTimer(TimerKey(TimerKind.PROBE, group.group_id), group.next_probe_ms))
+        if group.state is GroupState.PREPARING_REBALANCE:
+            longest = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            group.join_deadline_ms = now + longest
+            group.join_ready_ms = now
+            effects.append(ScheduleTimer(TimerKey(TimerKind.JOIN, group.group_id), group.join_deadline_ms))
+        await self._apply(group, effects)
+
+    async def _snapshot_text(self, group_id: str) -> str | None:
+        async with self._group_locks.acquire(group_id):
+            group = self.groups.get(group_id)
+            if group is None or group.state is GroupState.DEAD:
+                return None
+            return json.dumps(snapshot(group), separators=(",", ":"))
+
+    async def drain(self) -> None:
+        """Graceful shutdown: refuse new calls, make every pending write durable, then answer
+        the parked joins (COORDINATOR_NOT_AVAILABLE: retry on the next server)."""
+        self.draining = True
+        if self.store is not None:
+            await self.store.flush()
+        for group_id in sorted(self.groups):
+            await self._run(group_id, "", lambda g, _c, _n: g.unload())
+
+    async def close(self) -> None:
+        self.timers.cancel_all()
+        if self.store is not None:
+            await self.store.close()
+        if self.rebalance_log is not None:
+            await self.rebalance_log.close()
+        for future in self._calls.values():
+            if not future.done():
+                future.cancel()
+        self._calls.clear()
+
+    # ---- the group RPCs ----------------------------------------------------------------------
+
+    async def join(self, request: JoinGroupRequest) -> JoinGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, c, n: g.join(request, c, n), create=True, parkable=True)
+
+    async def sync(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.sync(request, n))
+
+    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.heartbeat(request, n))
+
+    async def leave(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.leave(request, n))
+
+    def describe(self, group_id: str) -> GroupView | None:
+        group = self.groups.get(group_id)
+        return group.describe() if group is not None else None
+
+    def list_groups(self) -> list[GroupOverview]:
+        return [self.groups[g].overview() for g in sorted(self.groups)]
+
+    def route(self, group_id: str, store: str, partition: int, max_lag: int | None) -> RouteAnswer:
+        group = self.groups.get(group_id)
+        if group is None:
+            return RouteAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} not found")
+        return group.route(store, partition, max_lag, self.clock.now_ms())
+
+    # ---- running handlers --------------------------------------------------------------------
+
+    async def _run(self, group_id: str, member_id: str, handler: Handler, *, create: bool = False, parkable: bool = False) -> Any:
+        call_id = 0
+        future: asyncio.Future | None = None
+        if parkable:
+            call_id = next(self._call_ids)
+            future = asyncio.get_running_loop().create_future()
+            self._calls[call_id] = future
+        try:
+            async with AsyncExitStack() as locks:
+                if member_id:
+                    await locks.enter_async_context(self._member_locks.acquire((group_id, member_id)))
+                await locks.enter_async_context(self._group_locks.acquire(group_id))
+                group = self.groups.get(group_id)
+                if group is None:
+                    if not create:
+                        return _unknown_group(handler)
+                    group = self.groups[group_id] = Group(group_id, self.settings)
+                outcome = handler(group, call_id, self.clock.now_ms())
+                writes, replies = await self._apply(group, outcome.effects)
+            if writes:
+                await asyncio.gather(*writes)
+            self._deliver(replies)
+            if outcome.response is not None or future is None:
+                return outcome.response
+            return await future
+        finally:
+            if parkable:
+                self._calls.pop(call_id, None)
+
+    async def _apply(self, group: Group, effects: list) -> tuple[list[asyncio.Future], list[Reply]]:
+        """Carry out effects in order; the assignor's result feeds more effects back in."""
+        writes: list[asyncio.Future] = []
+        replies: list[Reply] = []
+        queue = list(effects)
+        index = 0
+        while index < len(queue):
+            effect = queue[index]
+            index += 1
+            match effect:
+                case ScheduleTimer(key=key, deadline_ms=deadline):
+                    self.timers.schedule(str(key), deadline, self._timer_callback(key))
+                case CancelTimer(key=key):
+                    self.timers.cancel(str(key))
+                case Reply():
+                    replies.append(effect)
+                case Persist(group_id=gid):
+                    if self.store is not None:
+                        writes.append(self.store.request(gid))
+                case ComputeAssignment():
+                    queue.extend((await self._compute(group, effect)).effects)
+                case AppendRebalanceLog(record=record):
+                    if self.rebalance_log is not None:
+                        self.rebalance_log.append(record)
+                case Event(name=name, fields=fields):
+                    self.telemetry.record(group.group_id, group.generation, len(group.members), name, fields)
+                case _:
+                    raise TypeError(f"unknown effect {effect!r}")
+        return writes, replies
+
+    async def _compute(self, group: Group, effect: ComputeAssignment) -> Outcome:
+        started = time.perf_counter()
+        result: AssignmentResult | None = None
+        error = ""
+        try:
+            result = await asyncio.to_thread(self._assign, effect.problem)
+        except Exception as exc:  # the assignor's failure is the group's ASSIGNMENT_ERROR
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("group.assignor.failed", group_id=group.group_id, generation=effect.generation, error=error)
+        compute_ms = (time.perf_counter() - started) * 1000.0
+        return group.assignment_computed(effect.generation, effect.problem, result, error, compute_ms, self.clock.now_ms())
+
+    def _deliver(self, replies: list[Reply]) -> None:
+        for reply in replies:
+            future = self._calls.get(reply.call_id)
+            if future is not None and not future.done():
+                future.set_result(reply.response)
+
+    def _timer_callback(self, key: TimerKey):
+        async def fire() -> None:
+            if key.kind is TimerKind.SESSION:
+                await self._run(key.group_id, key.member_id, lambda g, _c, n: g.session_expired(key.member_id, n))
+            elif key.kind is TimerKind.JOIN:
+                await self._run(key.group_id, "", lambda g, _c, n: g.join_deadline(n))
+            else:
+                await self._run(key.group_id, "", lambda g, _c, n: g.probe_due(n))
+
+        return fire
+
+
+def _unknown_group(handler: Handler) -> Any:
+    """Calls on a group this server has never seen: the member is unknown (Kafka's answer)."""
+    probe = Group("")
+    return handler(probe, 0, 0).response

@@ -1,0 +1,319 @@
+"""Durable group state: one JSON snapshot per group in SQLite (``STATE_DIR/state.db``).
+
+Written before a response depends on it: the runtime asks for a write and awaits it before it
+replies. Writes are coalesced per group (the latest state wins) and performed in request
+order by one writer, so a burst of 5,000 joins costs one write per generation, not 5,000.
+What survives a restart: generation, members (with their last lags), topology, config, end
+offsets, the last assignment and the scheduled probe (docs/protocol.md, "Persistence").
+Session deadlines do not: every member gets a fresh session timeout from the restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import aiosqlite
+import structlog
+
+from assignor.model import (
+    AssignmentConfig,
+    AssignmentProblem,
+    AssignmentResult,
+    ClientAssignment,
+    RackAwareReport,
+    RackAwareStrategy,
+    Reason,
+    ReasonCode,
+    Role,
+    TaskId,
+)
+from assignor.scenario import problem_to_document, result_to_document
+from server.group import Group, GroupSettings, GroupState, Member
+from server.model import AssignorError, HostInfo, LagReport, SourceTopic, StateStore, Subtopology, Topology
+
+SNAPSHOT_SCHEMA = 1
+log = structlog.get_logger(__name__)
+
+
+# ---- snapshot codec -----------------------------------------------------------------------------
+
+
+def _tasks(items) -> list[str]:
+    return [str(t) for t in sorted(items)]
+
+
+def _task_map(mapping) -> dict[str, int]:
+    return {str(t): v for t, v in sorted(mapping.items())}
+
+
+def _parse_task_map(raw: dict[str, int]) -> dict[TaskId, int]:
+    return {TaskId.parse(k): int(v) for k, v in raw.items()}
+
+
+def topology_to_json(topology: Topology) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": sub.id,
+            "source_topics": [
+                {"name": t.name, "partition_count": t.partition_count, "partition_racks": [[p, sorted(r)] for p, r in t.partition_racks]}
+                for t in sub.source_topics
+            ],
+            "state_stores": [{"name": s.name, "logged": s.logged} for s in sub.state_stores],
+        }
+        for sub in topology.subtopologies
+    ]
+
+
+def topology_from_json(raw: list[dict[str, Any]]) -> Topology:
+    return Topology(
+        tuple(
+            Subtopology(
+                sub["id"],
+                tuple(
+                    SourceTopic(t["name"], t["partition_count"], tuple((p, frozenset(r)) for p, r in t["partition_racks"]))
+                    for t in sub["source_topics"]
+                ),
+                tuple(StateStore(s["name"], s["logged"]) for s in sub["state_stores"]),
+            )
+            for sub in raw
+        )
+    )
+
+
+def _result_from_json(raw: dict[str, Any]) -> AssignmentResult:
+    clients = {
+        cid: ClientAssignment(
+            tuple(TaskId.parse(t) for t in a["active"]),
+            tuple(TaskId.parse(t) for t in a["standby"]),
+            tuple(TaskId.parse(t) for t in a["warmup"]),
+        )
+        for cid, a in raw["clients"].items()
+    }
+    rack = raw.get("rack_awareness") or {}
+    return AssignmentResult(
+        clients=MappingProxyType(clients),
+        probing_rebalance_needed=raw["probing_rebalance_needed"],
+        followup_rebalance_ms=raw["followup_rebalance_ms"],
+        reasons=tuple(
+            Reason(TaskId.parse(r["task"]), r["client"], Role(r["role"]), ReasonCode(r["code"]), r["detail"])
+            for r in raw.get("reasons", [])
+        ),
+        rack_awareness=RackAwareReport(
+            strategy=RackAwareStrategy(rack.get("strategy", "none")),
+            enabled=rack.get("enabled", False),
+            disabled_reason=rack.get("disabled_reason", ""),
+            cross_rack_before=rack.get("cross_rack_before", 0),
+            cross_rack_after=rack.get("cross_rack_after", 0),
+        ),
+    )
+
+
+def snapshot(group: Group) -> dict[str, Any]:
+    """The group's durable state as a JSON-able document."""
+    state = group.state
+    if state is GroupState.COMPLETING_REBALANCE and group.result is None and group.assignment_error is AssignorError.NONE:
+        # Mid-compute (never persisted by the runtime, which holds the group lock): be safe.
+        state = GroupState.PREPARING_REBALANCE
+    config_doc = problem_to_document(AssignmentProblem((), (), group.config))["config"] if group.config else None
+    return {
+        "schema": SNAPSHOT_SCHEMA,
+        "group_id": group.group_id,
+        "state": state.value,
+        "generation": group.generation,
+        "protocol_version": group.protocol_version,
+        "topology": topology_to_json(group.topology) if group.topology else None,
+        "config": config_doc,
+        "end_offsets": _task_map(group.end_offsets),
+        "result": result_to_document(group.result, explain=True) if group.result else None,
+        "assignment_error": int(group.assignment_error),
+        "last_rebalance_ms": group.last_rebalance_ms,
+        "last_trigger": group.last_trigger,
+        "pending_trigger": group.pending_trigger,
+        "next_probe_ms": group.next_probe_ms,
+        "next_probe_reason": group.next_probe_reason,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "process_id": m.process_id,
+                "session_timeout_ms": m.session_timeout_ms,
+                "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                "version": m.version,
+                "latest_supported_version": m.latest_supported_version,
+                "num_threads": m.num_threads,
+                "endpoint": [m.endpoint.host, m.endpoint.port] if m.endpoint else None,
+                "rack": m.rack,
+                "client_tags": dict(m.client_tags),
+                "lags": {
+                    "task_lags": _task_map(m.lags.task_lags),
+                    "offset_sums": _task_map(m.lags.offset_sums),
+                    "end_offsets": _task_map(m.lags.end_offsets),
+                },
+                "lags_updated_ms": m.lags_updated_ms,
+                "shutdown_requested": m.shutdown_requested,
+            }
+            for m in sorted(group.members.values(), key=lambda m: m.member_id)
+        ],
+    }
+
+
+def _config_from_json(raw: dict[str, Any]) -> AssignmentConfig:
+    return AssignmentConfig(**{**raw, "rack_aware_assignment_tags": tuple(raw["rack_aware_assignment_tags"])})
+
+
+def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
+    """Rebuild a group from its snapshot. A group caught mid-sync comes back Stable (its
+    assignment is fixed; members that had not synced still can); one caught preparing a
+    rebalance comes back preparing it, with no parked calls."""
+    if document.get("schema") != SNAPSHOT_SCHEMA:
+        raise ValueError(f"unsupported snapshot schema {document.get('schema')!r}")
+    state = GroupState(document["state"])
+    if state is GroupState.COMPLETING_REBALANCE:
+        state = GroupState.STABLE
+    if state is GroupState.DEAD:
+        state = GroupState.EMPTY
+    group = Group(
+        group_id=document["group_id"],
+        settings=settings,
+        state=state,
+        generation=document["generation"],
+        protocol_version=document["protocol_version"],
+        topology=topology_from_json(document["topology"]) if document["topology"] is not None else None,
+        config=_config_from_json(document["config"]) if document["config"] is not None else None,
+        end_offsets=_parse_task_map(document["end_offsets"]),
+        result=_result_from_json(document["result"]) if document["result"] else None,
+        assignment_error=AssignorError(document["assignment_error"]),
+        last_rebalance_ms=document["last_rebalance_ms"],
+        last_trigger=document["last_trigger"],
+        pending_trigger=document["pending_trigger"],
+        next_probe_ms=document["next_probe_ms"],
+        next_probe_reason=document["next_probe_reason"],
+    )
+    for raw in document["members"]:
+        lags = raw["lags"]
+        member = Member(
+            member_id=raw["member_id"],
+            group_instance_id=raw["group_instance_id"],
+            process_id=raw["process_id"],
+            session_timeout_ms=raw["session_timeout_ms"],
+            rebalance_timeout_ms=raw["rebalance_timeout_ms"],
+            version=raw["version"],
+            latest_supported_version=raw["latest_supported_version"],
+            num_threads=raw["num_threads"],
+            endpoint=HostInfo(*raw["endpoint"]) if raw["endpoint"] else None,
+            rack=raw["rack"],
+            client_tags=MappingProxyType(raw["client_tags"]),
+            lags=LagReport(
+                MappingProxyType(_parse_task_map(lags["task_lags"])),
+                MappingProxyType(_parse_task_map(lags["offset_sums"])),
+                MappingProxyType(_parse_task_map(lags["end_offsets"])),
+            ),
+            lags_updated_ms=raw["lags_updated_ms"],
+            shutdown_requested=raw["shutdown_requested"],
+            synced=True,
+        )
+        group.members[member.member_id] = member
+        if member.group_instance_id:
+            group.instances[member.group_instance_id] = member.member_id
+    group._rebuild_cluster()
+    return group
+
+
+# ---- the SQLite store -----------------------------------------------------------------------------
+
+
+class GroupStore:
+    """SQLite persistence with one coalescing writer task."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._db: aiosqlite.Connection | None = None
+        self._dirty: dict[str, list[asyncio.Future]] = {}
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task | None = None
+        self._snapshot: Callable[[str], Awaitable[str | None]] | None = None
+
+    async def open(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = await aiosqlite.connect(self._path)
+        await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.execute("PRAGMA synchronous=NORMAL")
+        await self._db.execute(
+            "CREATE TABLE IF NOT EXISTS groups (group_id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, updated_ms INTEGER NOT NULL)"
+        )
+        await self._db.commit()
+
+    async def load_all(self) -> list[dict[str, Any]]:
+        if self._db is None:
+            raise RuntimeError("store not open")
+        async with self._db.execute("SELECT snapshot FROM groups ORDER BY group_id") as cursor:
+            rows = await cursor.fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    def start(self, snapshot: Callable[[str], Awaitable[str | None]]) -> None:
+        """``snapshot(group_id)`` returns the group's serialised state, taken under its lock."""
+        self._snapshot = snapshot
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="group-store-writer")
+
+    def request(self, group_id: str) -> asyncio.Future:
+        """A future that resolves once a snapshot taken after this call is durable."""
+        future = asyncio.get_running_loop().create_future()
+        self._dirty.setdefault(group_id, []).append(future)
+        self._wake.set()
+        return future
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._dirty:
+                group_id, waiters = next(iter(self._dirty.items()))
+                del self._dirty[group_id]
+                try:
+                    await self._write(group_id)
+                except Exception as error:  # surface to every waiter, keep writing others
+                    log.error("store.write.failed", group_id=group_id, error=repr(error))
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(error)
+                    continue
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    async def _write(self, group_id: str) -> None:
+        if self._db is None or self._snapshot is None:
+            raise RuntimeError("store not started")
+        text = await self._snapshot(group_id)
+        if text is None:
+            return
+        updated = time.time_ns() // 1_000_000
+        await self._db.execute(
+            "INSERT INTO groups (group_id, snapshot, updated_ms) VALUES (?, ?, ?) "
+            "ON CONFLICT(group_id) DO UPDATE SET snapshot = excluded.snapshot, updated_ms = excluded.updated_ms",
+            (group_id, text, updated),
+        )
+        await self._db.commit()
+
+    async def flush(self) -> None:
+        """Wait until every requested write is done."""
+        pending = [f for waiters in self._dirty.values() for f in waiters]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
