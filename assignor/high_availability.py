@@ -177,6 +177,8 @@ def _caught_up_substitute(group: Group, ranking: Ranking, task: TaskId, excluded
     holders = ranking.holders[task]
     previous = group.prev_standby_holders.get(task, frozenset())
     candidates = [c for c, rank in holders.items() if rank == 0 and c not in excluded]
+    if ranking.absent[task] == 0:  # unlogged state only: every client without a report is caught up
+        candidates += [c for c in group.clients if c not in holders and c not in excluded]
     if not candidates:
         return None
     return min(candidates, key=lambda c: (c not in previous, c != group.prev_active_owner.get(task), c))

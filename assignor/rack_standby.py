@@ -207,17 +207,20 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
     zone_of = [(pricing.client_rack[c], state.loc[c]) for c in range(len(state.clients))]
     zones = sorted(set(zone_of))
     changed = False
+    slots = _slots_by_zone(state, zone_of)
     for source in zones:
         for dest in zones:
             if source[0] == dest[0]:
                 continue
-            slots = _slots_by_zone(state, zone_of)
-            movers = sorted((pricing.delta(t, c, dest[0]), t, c) for t, c in slots.get(source, ())
-                            if pricing.delta(t, c, dest[0]) < 0 and state.spread_if(t, c, dest[1]) <= state.spread_now(t))
+            movers = []
+            for t, c in slots.get(source, ()):
+                delta = pricing.delta(t, c, dest[0])
+                if delta < 0 and c in state.holders[t] and state.spread_if(t, c, dest[1]) <= state.spread_now(t):
+                    movers.append((delta, t, c))
             if not movers:
                 continue
-            partners = sorted((pricing.delta(u, d, source[0]), u, d) for u, d in slots.get(dest, ())
-                              if state.spread_if(u, d, source[1]) <= state.spread_now(u))
+            movers.sort()
+            partners = sorted((pricing.delta(u, d, source[0]), u, d) for u, d in slots.get(dest, ()))
             used = [False] * len(partners)
             first = 0
             for delta_t, task, client in movers:
@@ -228,7 +231,7 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
                     delta_u, other, other_client = partners[index]
                     if delta_t + delta_u >= 0 or tried == LOOKAHEAD:
                         break
-                    if used[index]:
+                    if used[index] or other_client not in state.holders[other]:
                         continue
                     tried += 1
                     if _traffic_swap_ok(state, pricing, task, client, other, other_client):

@@ -278,7 +278,7 @@ def standby_target(
         if graph.flow(arc):
             chosen[task].append(client)
     load: dict[str, int] = defaultdict(int)
-    for task, holders in chosen.items():
+    for holders in chosen.values():
         for client in holders:
             load[client] += 1
     for key, entries in sorted(via_hub.items()):
