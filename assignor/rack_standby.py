@@ -53,6 +53,7 @@ class _Standbys:
         self.cursor = dict.fromkeys(self.classes, 0)
         self.weight = max((len(h) for h in self.holders), default=0) + 1
         self.budget = SEARCH_BUDGET
+        self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
 
     def spread(self, task: int, holder_locs: list[tuple[int, ...]]) -> int:
         active = self.loc[self.active[task]]
@@ -63,7 +64,7 @@ class _Standbys:
         return score
 
     def spread_now(self, task: int) -> int:
-        return self.spread(task, [self.loc[c] for c in self.holders[task]])
+        return self.scores[task]
 
     def spread_if(self, task: int, leaving: int, arriving_loc: tuple[int, ...]) -> int:
         return self.spread(task, [arriving_loc if c == leaving else self.loc[c] for c in self.holders[task]])
@@ -79,6 +80,7 @@ class _Standbys:
             holders.sort()
             self.on_client[leave].discard(who)
             self.on_client[arrive].add(who)
+            self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
 
     def result(self, standbys: Mapping[TaskId, tuple[str, ...]]) -> dict[TaskId, tuple[str, ...]]:
         out = dict(standbys)
@@ -220,7 +222,8 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
             if not movers:
                 continue
             movers.sort()
-            partners = sorted((pricing.delta(u, d, source[0]), u, d) for u, d in slots.get(dest, ()))
+            partners = sorted((pricing.delta(u, d, source[0]), u, d) for u, d in slots.get(dest, ())
+                              if d in state.holders[u] and state.spread_if(u, d, source[1]) <= state.spread_now(u))
             used = [False] * len(partners)
             first = 0
             for delta_t, task, client in movers:
@@ -231,7 +234,10 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
                     delta_u, other, other_client = partners[index]
                     if delta_t + delta_u >= 0 or tried == LOOKAHEAD:
                         break
-                    if used[index] or other_client not in state.holders[other]:
+                    if used[index]:
+                        continue
+                    if other_client not in state.holders[other]:
+                        used[index] = True
                         continue
                     tried += 1
                     if _traffic_swap_ok(state, pricing, task, client, other, other_client):
