@@ -377,8 +377,10 @@ class Group:
     def _maybe_complete_join(self, now_ms: int) -> list:
         if self.state is not GroupState.PREPARING_REBALANCE:
             return []
+        if not self.members:
+            return self._complete_join(now_ms)
         all_joined = all(m.join_call is not None for m in self.members.values())
-        if self.members and all_joined and now_ms >= self.join_ready_ms:
+        if all_joined and now_ms >= self.join_ready_ms:
             return self._complete_join(now_ms)
         if now_ms >= self.join_deadline_ms:
             effects: list = []
@@ -387,7 +389,7 @@ class Group:
                     effects += self._remove_member(member, None, "")
                     effects.append(Event("group.member.dropped", {"member_id": member.member_id, "reason": "missed the rebalance timeout"}))
             return effects + self._complete_join(now_ms)
-        wake = self.join_ready_ms if (self.members and all_joined) else self.join_deadline_ms
+        wake = self.join_ready_ms if all_joined else self.join_deadline_ms
         return [ScheduleTimer(self._key(TimerKind.JOIN), wake)]
 
     def _complete_join(self, now_ms: int) -> list:

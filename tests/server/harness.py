@@ -192,3 +192,18 @@ async def running_server(state_dir: Path, clock: FakeClock | None = None, **sett
     finally:
         await channel.close()
         await server.stop(grace_s=0.5)
+
+
+async def run_for(clock: FakeClock, workers: list[Worker], ms: int, step_ms: int = SESSION_MS // 2) -> list[pb.HeartbeatResponse]:
+    """Let ``ms`` of fake time pass while the workers heartbeat every ``step_ms`` (so that their
+    sessions stay alive); stop early at the first heartbeat round that is not all NONE."""
+    elapsed = 0
+    responses: list[pb.HeartbeatResponse] = []
+    while elapsed < ms:
+        step = min(step_ms, ms - elapsed)
+        await clock.advance(step)
+        elapsed += step
+        responses = [await w.heartbeat() for w in workers]
+        if any(r.error_code != epb.ERROR_CODE_NONE for r in responses):
+            break
+    return responses

@@ -1,0 +1,211 @@
+"""End to end over a real server: session expiry, LeaveGroup, fencing, static membership,
+version probing, disagreeing members and topology changes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from remote_leader.v1 import assignment_pb2 as apb
+from remote_leader.v1 import errors_pb2 as epb
+from remote_leader.v1 import group_leader_pb2 as pb
+from tests.server.harness import SESSION_MS, rebalance, run_for, settle, topology
+
+INITIAL_DELAY_MS = 3_000
+
+
+async def _pair(leader, **kwargs):
+    a, b = leader.worker(port=7001, **kwargs), leader.worker(port=7002, **kwargs)
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    return a, b
+
+
+async def _describe(leader, group_id="app") -> pb.GroupDescription:
+    return (await leader.stub.DescribeGroup(pb.DescribeGroupRequest(group_id=group_id))).group
+
+
+async def test_session_expiry_drops_the_silent_member_and_rebalances(leader):
+    a, b = await _pair(leader)
+    # Only a heartbeats: b's session (10 s) runs out.
+    responses = await run_for(leader.clock, [a], SESSION_MS + 1)
+    assert responses[0].error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    await rebalance(leader.clock, [a])
+    assert sorted(a.active()) == ["0_0", "0_1", "0_2"]
+    group = await _describe(leader)
+    assert [m.member_id for m in group.members] == [a.member_id]
+    assert group.last_rebalance_trigger == "session_expired"
+
+
+async def test_leave_group_rebalances_the_rest(leader):
+    a, b = await _pair(leader)
+    assert (await b.leave()).error_code == epb.ERROR_CODE_NONE
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    await rebalance(leader.clock, [a])
+    assert sorted(a.active()) == ["0_0", "0_1", "0_2"]
+    assert (await _describe(leader)).last_rebalance_trigger == "member_left"
+
+
+async def test_last_member_leaving_empties_the_group(leader):
+    a, b = await _pair(leader)
+    await b.leave()
+    await a.leave()
+    group = await _describe(leader)
+    assert group.state == pb.GROUP_STATE_EMPTY and not group.members
+
+
+@pytest.mark.parametrize(
+    "call, field, value, expected",
+    [
+        pytest.param("heartbeat", "generation", -5, epb.ERROR_CODE_ILLEGAL_GENERATION, id="heartbeat-stale-generation"),
+        pytest.param("sync", "generation", -5, epb.ERROR_CODE_ILLEGAL_GENERATION, id="sync-stale-generation"),
+        pytest.param("heartbeat", "member_id", "member-nobody", epb.ERROR_CODE_UNKNOWN_MEMBER_ID, id="heartbeat-unknown-member"),
+        pytest.param("sync", "member_id", "member-nobody", epb.ERROR_CODE_UNKNOWN_MEMBER_ID, id="sync-unknown-member"),
+        pytest.param("leave", "member_id", "member-nobody", epb.ERROR_CODE_UNKNOWN_MEMBER_ID, id="leave-unknown-member"),
+        pytest.param("heartbeat", "group_id", "other-app", epb.ERROR_CODE_UNKNOWN_MEMBER_ID, id="heartbeat-unknown-group"),
+    ],
+)
+async def test_fencing_by_generation_and_member_id(leader, call, field, value, expected):
+    a, b = await _pair(leader)
+    before = await _describe(leader)
+    setattr(a, field, value)
+    response = await getattr(a, call)()
+    assert response.error_code == expected
+    after = await _describe(leader)
+    assert after.generation_id == before.generation_id and len(after.members) == 2
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_NONE
+
+
+async def test_static_member_restart_takes_its_old_place_without_rebalance(leader):
+    a = leader.worker(instance_id="worker-a", port=7001)
+    b = leader.worker(instance_id="worker-b", port=7002)
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    generation, tasks = a.generation, sorted(a.active())
+    # worker-a restarts within its session timeout: same instance id, no member id.
+    restarted = leader.worker(instance_id="worker-a", port=7011, process_id=a.process_id)
+    response = await restarted.join()
+    assert response.error_code == epb.ERROR_CODE_NONE
+    assert response.generation_id == generation and response.member_id != a.member_id
+    assert (await restarted.sync()).error_code == epb.ERROR_CODE_NONE
+    assert sorted(restarted.active()) == tasks
+    # No rebalance for the others; the zombie is fenced.
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_NONE
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
+    group = await _describe(leader)
+    assert group.generation_id == generation
+    assert sorted(m.member_id for m in group.members) == sorted([restarted.member_id, b.member_id])
+    # The new endpoint is what the others learn on their next assignment.
+    hosts = {h.process_id: h.host.port for h in restarted.assignment.partitions_by_host}
+    assert hosts[a.process_id] == 7011
+
+
+async def test_static_member_with_a_new_process_id_keeps_its_tasks(leader):
+    a = leader.worker(instance_id="worker-a")
+    b = leader.worker(instance_id="worker-b")
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    tasks = sorted(a.active())
+    restarted = leader.worker(instance_id="worker-a")  # a fresh process id
+    assert (await restarted.join()).generation_id == a.generation
+    await restarted.sync()
+    assert sorted(restarted.active()) == tasks
+
+
+async def test_version_probing_runs_the_group_at_the_lowest_version(leader):
+    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
+    new = leader.worker(version=2, latest_supported_version=2, port=7001, config=config)
+    old = leader.worker(version=1, latest_supported_version=1, port=7002, config=config)
+    await rebalance(leader.clock, [new, old], advance_ms=INITIAL_DELAY_MS)
+    for w in (new, old):
+        assert w.assignment.version == 1 and w.assignment.commonly_supported_version == 1
+        assert len(w.assignment.standby_partitions_by_host) == 0  # a version-2 field
+        assert not any(t.warmup for t in w.assignment.standby_tasks)
+    assert new.assignment.error_code == epb.ASSIGNOR_ERROR_VERSION_PROBING
+    assert old.assignment.error_code == epb.ASSIGNOR_ERROR_NONE
+    # The old member is upgraded (rolling bounce): it now supports 2 but still speaks 1.
+    old.latest_supported_version = 2
+    assert (await new.heartbeat()).error_code == epb.ERROR_CODE_NONE
+    joining = asyncio.create_task(old.join())
+    await settle()
+    assert (await new.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+    new.version = 1  # it was told to speak the group's version
+    response = await new.join()
+    assert response.commonly_supported_version == 2
+    await joining
+    await new.sync()
+    await old.sync()
+    # Everyone supports 2: assignments now come at version 2 with standby hosts.
+    for w in (new, old):
+        assert w.assignment.version == 2 and w.assignment.error_code == epb.ASSIGNOR_ERROR_NONE
+        assert len(w.assignment.standby_partitions_by_host) == 2
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        pytest.param(dict(topo=topology(3, stores=(("other-store", True),))), "topology", id="different-stores"),
+        pytest.param(dict(topo=topology(3, topic="clicks")), "source topics", id="different-source-topic"),
+        pytest.param(dict(config=apb.AssignmentConfig(acceptable_recovery_lag=5, num_standby_replicas=0)),
+                     "config.acceptable_recovery_lag", id="different-config"),
+    ],
+)
+async def test_disagreeing_newcomer_is_refused_and_nothing_changes(leader, change, message):
+    a, b = await _pair(leader)
+    before = await _describe(leader)
+    newcomer = leader.worker(**change)
+    response = await newcomer.join()
+    assert response.error_code == epb.ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL
+    assert message in response.error_message
+    after = await _describe(leader)
+    assert after.generation_id == before.generation_id and after.state == pb.GROUP_STATE_STABLE
+    assert len(after.members) == 2
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_NONE
+
+
+async def test_more_partitions_trigger_a_topology_rebalance(leader):
+    a, b = await _pair(leader)
+    a.topo = topology(6)
+    joining = asyncio.create_task(a.join())
+    await settle()
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+    await rebalance(leader.clock, [b])
+    await joining
+    await a.sync()
+    assert sorted(a.active() + b.active()) == [f"0_{p}" for p in range(6)]
+    assert (await _describe(leader)).last_rebalance_trigger == "topology_changed"
+
+
+async def test_shutdown_request_reaches_every_member(leader):
+    a, b = await _pair(leader)
+    joining = asyncio.ensure_future(a.stub.JoinGroup(_with_shutdown(a)))
+    await settle()
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+    await rebalance(leader.clock, [b])
+    a.generation = (await joining).generation_id
+    await a.sync()
+    for w in (a, b):
+        assert w.assignment.error_code == epb.ASSIGNOR_ERROR_SHUTDOWN_REQUESTED
+        assert not w.assignment.active_tasks
+
+
+def _with_shutdown(worker) -> pb.JoinGroupRequest:
+    request = worker.join_request()
+    request.subscription.error_code = epb.ASSIGNOR_ERROR_SHUTDOWN_REQUESTED
+    return request
+
+
+async def test_unknown_partition_count_gives_incomplete_metadata(leader):
+    a = leader.worker(topo=topology(0))
+    await rebalance(leader.clock, [a], advance_ms=INITIAL_DELAY_MS)
+    assert a.assignment.error_code == epb.ASSIGNOR_ERROR_INCOMPLETE_SOURCE_TOPIC_METADATA
+
+
+async def test_session_timeout_outside_bounds_is_refused(leader):
+    a = leader.worker()
+    request = a.join_request()
+    request.session_timeout_ms = 10
+    response = await leader.stub.JoinGroup(request)
+    assert response.error_code == epb.ERROR_CODE_INVALID_SESSION_TIMEOUT
+    groups = await leader.stub.ListGroups(pb.ListGroupsRequest())
+    assert all(g.member_count == 0 for g in groups.groups)
