@@ -107,8 +107,8 @@ def _register_demo(subparsers) -> None:
                               description="Start a server and simulated workers on loopback and play KIP-441's "
                                           "Scaling Out and Scaling In (standbys lagging) scenarios.")
     p.add_argument("--server", default=None, help="use this running server instead of starting one")
-    p.add_argument("--restore-rate", type=int, default=20_000,
-                   help="simulated restoration speed, offsets per second (default 20000)")
+    p.add_argument("--restore-rate", type=int, default=10_000,
+                   help="simulated restoration speed, offsets per second (default 10000)")
     p.add_argument("--changelog-offsets", type=int, default=60_000,
                    help="simulated changelog length per task (default 60000)")
     p.add_argument("--acceptable-recovery-lag", type=int, default=2_000)

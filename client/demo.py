@@ -28,6 +28,7 @@ import socket
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -60,7 +61,7 @@ SERVER_SETTINGS = {
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
     server: str | None = None
-    restore_rate: int = 20_000
+    restore_rate: int = 10_000
     changelog_offsets: int = 60_000
     acceptable_recovery_lag: int = 2_000
     timeout_s: float = 55.0
@@ -244,7 +245,8 @@ class Scene:
         worker.seed_caught_up(seeded)
         port = 9000 + len(self.workers) + 1
         config = MemberConfig(
-            group_id=self.group, topology=self.topology, process_id=name, group_instance_id=name,
+            group_id=self.group, topology=self.topology, group_instance_id=name,
+            process_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"remote-leader-demo/{self.group}/{name}")),
             endpoint=HostInfo("127.0.0.1", port), assignment_config=self.config,
             session_timeout_ms=self.options.session_timeout_ms, heartbeat_interval_ms=self.options.heartbeat_interval_ms,
             retry_backoff_ms=50, retry_backoff_max_ms=500)
@@ -300,18 +302,24 @@ class Scene:
             await self.channel.close()
 
 
+def name_of(member: pb.MemberDescription) -> str:
+    return member.group_instance_id if member.HasField("group_instance_id") else member.process_id[:8]
+
+
 def _lags(member: pb.MemberDescription) -> dict[TaskId, int]:
     return {codec.task_from_proto(entry.task): entry.lag for entry in member.lags}
 
 
 def _format(task: TaskId, lag: int | None, acceptable: int, *, active: bool = False) -> str:
-    if lag is None or lag == LATEST:
+    if lag is None:
+        return str(task) if active else f"{task} [dim](no state yet)[/]"
+    if lag == LATEST or (active and 0 <= lag <= acceptable):
         return str(task) if active else f"{task} [green]✓[/]"
     if lag == UNKNOWN:
         return f"{task} [yellow](lag ?)[/]"
     if lag <= acceptable:
-        return f"{task} [green]✓ {lag:,}[/]"
-    return f"{task} [red]lag {lag:,}[/]" + (" restoring" if active else "")
+        return f"{task} [green]✓ lag {lag:,}[/]"
+    return f"{task} [red]lag {lag:,}[/]" + (" [red]restoring[/]" if active else "")
 
 
 def render_group(group: pb.GroupDescription, acceptable: int, since: float | None) -> Table:
@@ -325,7 +333,7 @@ def render_group(group: pb.GroupDescription, acceptable: int, since: float | Non
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
     for column in ("instance", "active", "standby", "warm-up"):
         table.add_column(column)
-    for member in sorted(group.members, key=lambda m: m.process_id):
+    for member in sorted(group.members, key=name_of):
         lags = _lags(member)
         warmups = {codec.task_from_proto(t) for t in member.warmup}
         active = [_format(codec.task_from_proto(t), lags.get(codec.task_from_proto(t)), acceptable, active=True)
@@ -333,7 +341,7 @@ def render_group(group: pb.GroupDescription, acceptable: int, since: float | Non
         standby = [_format(task, lags.get(task), acceptable) for task in sorted(codec.task_from_proto(t) for t in member.standby)
                    if task not in warmups]
         warmup = [_format(task, lags.get(task), acceptable) for task in sorted(warmups)]
-        table.add_row(member.process_id, ", ".join(active) or "-", ", ".join(standby) or "-", ", ".join(warmup) or "-")
+        table.add_row(name_of(member), ", ".join(active) or "-", ", ".join(standby) or "-", ", ".join(warmup) or "-")
     return table
 
 
@@ -341,12 +349,12 @@ def warmup_status(group: pb.GroupDescription | None, acceptable: int) -> str:
     if group is None:
         return "waiting for the group"
     parts = []
-    for member in sorted(group.members, key=lambda m: m.process_id):
+    for member in sorted(group.members, key=name_of):
         lags = _lags(member)
         for t in member.warmup:
             task = codec.task_from_proto(t)
             lag = lags.get(task)
-            parts.append(f"{member.process_id} {task} lag {lag:,}" if lag is not None and lag >= 0 else f"{member.process_id} {task}")
+            parts.append(f"{name_of(member)} {task} lag {lag:,}" if lag is not None and lag >= 0 else f"{name_of(member)} {task}")
     state = pb.GroupState.Name(group.state).removeprefix("GROUP_STATE_").lower()
     return f"gen {group.generation_id} {state}" + (f"; warm-ups: {', '.join(parts)}" if parts else "")
 
@@ -357,7 +365,7 @@ def settled(group: pb.GroupDescription, members: int) -> bool:
 
 
 def active_counts(group: pb.GroupDescription) -> dict[str, int]:
-    return {m.process_id: len(m.active) for m in group.members}
+    return {name_of(m): len(m.active) for m in group.members}
 
 
 # ---- the scenes -----------------------------------------------------------------------------
@@ -383,14 +391,14 @@ async def scale_out(scene: Scene, deadline: float, checks: list[tuple[bool, str]
     for name in ("I1", "I2"):
         await scene.start_worker(name, seeded=tasks)
     await scene.wait_for(lambda g: settled(g, 2), "I1 and I2 form the group", deadline)
-    before = {m.process_id: {codec.task_from_proto(t) for t in m.active} for m in scene.rebalances[-1].members}
+    before = {name_of(m): {codec.task_from_proto(t) for t in m.active} for m in scene.rebalances[-1].members}
     start = time.monotonic()
     await scene.start_worker("I3")
     scene.console.print("[bold]-- New instance (I3) joins with no state --[/]")
     first = await scene.wait_for(lambda g: len(g.members) == 3 and g.state == pb.GROUP_STATE_STABLE,
                                  "I3 joins", deadline, since=start)
-    after = {m.process_id: {codec.task_from_proto(t) for t in m.active} for m in first.members}
-    i3 = next(m for m in first.members if m.process_id == "I3")
+    after = {name_of(m): {codec.task_from_proto(t) for t in m.active} for m in first.members}
+    i3 = next(m for m in first.members if name_of(m) == "I3")
     checks.append((after.get("I3") == set() and after["I1"] | after["I2"] == before["I1"] | before["I2"],
                    "Scaling Out, first rebalance: no active moved to I3, which has no state"))
     checks.append((len(i3.warmup) > 0, "Scaling Out, first rebalance: I3 got warm-ups (standbys to catch up)"))
@@ -400,29 +408,52 @@ async def scale_out(scene: Scene, deadline: float, checks: list[tuple[bool, str]
                    f"Scaling Out, settled in {time.monotonic() - start:.1f} s: balanced, one active each"))
 
 
+def choose_victim(group: pb.GroupDescription) -> str:
+    """The instance whose loss the standbys absorb least evenly: each of its actives goes to the
+    holder of its standby (the most caught up), so pick the loss that leaves the survivors'
+    active counts furthest apart. That is KIP-441's Pt. 2 shape, whatever layout the assignor
+    chose at the start (the KIP's I1 is such an instance in its own table)."""
+    actives = {name_of(m): {codec.task_from_proto(t) for t in m.active} for m in group.members}
+    standby_host = {codec.task_from_proto(t): name_of(m) for m in group.members for t in m.standby}
+
+    def spread(victim: str) -> tuple[int, int, str]:
+        counts = {name: len(tasks) for name, tasks in actives.items() if name != victim}
+        for task in actives[victim]:
+            if standby_host.get(task) in counts:
+                counts[standby_host[task]] += 1
+        return (max(counts.values()) - min(counts.values()), len(actives[victim]), victim)
+
+    return max(sorted(actives), key=spread)
+
+
 async def scale_in(scene: Scene, deadline: float, checks: list[tuple[bool, str]], burst: int) -> None:
     tasks = scene.topology.tasks()
     scene.console.rule("[bold]KIP-441 Scaling In (Pt. 2 – standbys lag nontrivially)[/]: 4 tasks, 1 standby, I1–I3")
     for name in ("I1", "I2", "I3"):
         await scene.start_worker(name, seeded=tasks)
-    await scene.wait_for(lambda g: settled(g, 3), "I1, I2 and I3 form the group", deadline)
+    initial = await scene.wait_for(lambda g: settled(g, 3), "I1, I2 and I3 form the group", deadline)
+    victim = choose_victim(initial)
+    standby_host = {codec.task_from_proto(t): name_of(m) for m in initial.members for t in m.standby}
+    victim_actives = next({codec.task_from_proto(t) for t in m.active} for m in initial.members if name_of(m) == victim)
     for worker in scene.workers.values():
         worker.replication_paused = True
     scene.changelogs.burst(burst)
     scene.console.print(f"[bold]-- The standbys stall while {burst:,} offsets land on every changelog; "
-                        f"I1 is brought down without leaving --[/]")
-    await asyncio.sleep(0.5)  # one heartbeat or two: the leader hears of the standbys' lag
-    dead_gen = scene.rebalances[-1].generation_id
+                        f"{victim} is brought down without leaving --[/]")
+    await asyncio.sleep(0.5)  # a heartbeat or two: the leader hears of the standbys' lag
+    dead_gen = initial.generation_id
     start = time.monotonic()
-    await scene.kill("I1")
+    await scene.kill(victim)
     first = await scene.wait_for(lambda g: g.generation_id > dead_gen and g.state == pb.GROUP_STATE_STABLE
-                                 and len(g.members) == 2, "I1's session times out", deadline, since=start)
+                                 and len(g.members) == 2, f"{victim}'s session times out", deadline, since=start)
     for worker in scene.workers.values():
         worker.replication_paused = False
     checks.append((time.monotonic() - start >= scene.options.session_timeout_ms / 1000 * 0.9,
-                   "Scaling In: the leader waited for I1's session timeout (no LeaveGroup)"))
-    moved = {codec.task_from_proto(t) for m in first.members for t in m.active}
-    checks.append((moved == set(tasks), "Scaling In, first rebalance: every task has an active on I2 or I3"))
+                   f"Scaling In: the leader waited for {victim}'s session timeout (it sent no LeaveGroup)"))
+    owner = {codec.task_from_proto(t): name_of(m) for m in first.members for t in m.active}
+    checks.append((set(owner) == set(tasks) and all(owner[t] == standby_host.get(t) for t in victim_actives),
+                   f"Scaling In, first rebalance: {victim}'s actives went to their (lagging) standbys, "
+                   "the most caught-up instances"))
     final = await scene.wait_for(lambda g: settled(g, 2), "the warm-ups catch up", deadline, since=start)
     counts = active_counts(final)
     checks.append((sorted(counts.values()) == [2, 2],

@@ -139,6 +139,10 @@ class MemberConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.group_id, str) or not self.group_id:
             raise InvalidInput("group_id", "expected a non-empty string")
+        try:
+            uuid.UUID(self.process_id)
+        except (ValueError, TypeError, AttributeError):
+            raise InvalidInput("process_id", f"expected a UUID (the worker process id), got {self.process_id!r}") from None
         if self.group_instance_id is not None and (not isinstance(self.group_instance_id, str) or not self.group_instance_id):
             raise InvalidInput("group_instance_id", "expected a non-empty string or none")
         _positive("num_threads", self.num_threads)

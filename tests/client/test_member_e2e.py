@@ -1,0 +1,284 @@
+"""The asyncio member end to end against a real server on loopback (no mocked stubs)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from assignor.model import LATEST, Role, TaskId
+from client.assignment import HostInfo
+from client.lags import CheckpointLagSource, StaticLagSource
+from client.member import GroupMember, MemberError, RoutingError
+from client.state import StateCleaner, StateDirectory
+from client.topology import StoreSpec, Subtopology, Topology
+from tests.client.conftest import SESSION_MS, close_all, member_config, topology
+
+ALL = frozenset(topology(6).tasks())
+
+
+async def join(leader, group: str, count: int, lags=None, **overrides) -> list[GroupMember]:
+    members = [GroupMember(leader.address, member_config(group, i, **overrides), StaticLagSource((lags or {}).get(i)))
+               for i in range(count)]
+    for member in members:
+        await member.start()
+    return members
+
+
+async def converged(members: list[GroupMember], after: int = -1, timeout: float = 10.0) -> int:
+    """Wait until every member holds the same generation's assignment (newer than ``after``) and stays there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        generations = {m.assignment.generation for m in members}
+        if len(generations) == 1 and all(m.state.value == "stable" for m in members) and min(generations) > after:
+            await asyncio.sleep(0.3)
+            if {m.assignment.generation for m in members} == generations and all(m.state.value == "stable" for m in members):
+                return generations.pop()
+        await asyncio.sleep(0.02)
+    raise TimeoutError([(m.state, m.assignment.generation) for m in members])
+
+
+async def test_members_receive_disjoint_complete_assignments(leader):
+    members = await join(leader, "g", 3)
+    try:
+        await converged(members)
+        actives = [set(m.assignment.active) for m in members]
+        assert set().union(*actives) == ALL
+        assert sum(len(a) for a in actives) == len(ALL)  # disjoint
+        for m in members:
+            assert not set(m.assignment.active) & set(m.assignment.standby)  # KIP-441 constraint
+        assert sorted(t for m in members for t in m.assignment.standby) == sorted(ALL)  # one standby each
+        # KIP-535: every member sees the same host maps, with every active where it runs
+        hosts = {m.config.endpoint: frozenset(m.assignment.active) for m in members}
+        for m in members:
+            assert dict(m.assignment.active_by_host) == hosts
+    finally:
+        await close_all(members)
+
+
+async def test_a_member_killed_without_leaving_hands_its_tasks_to_caught_up_standbys(leader):
+    members = await join(leader, "g", 3)
+    try:
+        await converged(members)
+        # every replica is caught up: actives run (LATEST), standbys report lag 0
+        for m in members:
+            m.lag_source.update({**{t: LATEST for t in m.assignment.active}, **{t: 0 for t in m.assignment.standby}})
+        victim, survivors = members[0], members[1:]
+        standby_of = {t: m for m in survivors for t in m.assignment.standby}
+        orphaned = set(victim.assignment.active)
+        before = victim.assignment.generation
+        await asyncio.sleep(0.3)  # a heartbeat or two carry the lags
+        killed_at = time.monotonic()
+        await victim.close(leave=False)  # dies: no LeaveGroup
+        await converged(survivors, after=before)
+        assert time.monotonic() - killed_at >= SESSION_MS / 1000 * 0.9  # only the session timeout told the leader
+        assert survivors[0].assignment.generation > before
+        for task in orphaned:
+            assert task in standby_of[task].assignment.active, f"{task} should go to its caught-up standby"
+        assert set().union(*(set(m.assignment.active) for m in survivors)) == ALL
+    finally:
+        await close_all(members)
+
+
+async def test_query_routing_answers_the_active_then_the_standby_once_the_active_is_gone(leader):
+    members = await join(leader, "g", 2, partitions=2)
+    try:
+        await converged(members)
+        owner = next(m for m in members if TaskId(0, 0) in m.assignment.active)
+        standby = next(m for m in members if TaskId(0, 0) in m.assignment.standby)
+        standby.lag_source.update({TaskId(0, 0): 42, **{t: LATEST for t in standby.assignment.active}})
+        await asyncio.sleep(0.3)
+        routed = await standby.route_query("counts", partition=0)
+        assert [(h.host, h.role) for h in routed.hosts] == [(owner.config.endpoint, Role.ACTIVE)]
+        # the same through the key: KIP-535 queryMetadataForKey agrees with the leader's answer
+        key = next(k for k in (f"k{i}" for i in range(100)) if standby.query_metadata_for_key("counts", k).partition == 0)
+        assert standby.query_metadata_for_key("counts", key).active_host == owner.config.endpoint
+        assert (await standby.route_query("counts", key=key)).hosts[0].host == owner.config.endpoint
+
+        # hold the survivor's cleanup lock: it cannot rejoin, so the group keeps the last
+        # assignment while the dead active's session expires (deterministic window)
+        await standby.lock.acquire("test")
+        await owner.close(leave=False)
+        deadline = time.monotonic() + 5
+        while True:
+            routed = await standby.route_query("counts", partition=0)
+            if routed.hosts and routed.hosts[0].role != Role.ACTIVE:
+                break
+            assert time.monotonic() < deadline, routed
+            await asyncio.sleep(0.05)
+        host = routed.hosts[0]
+        assert (host.host, host.role, host.lag) == (standby.config.endpoint, Role.STANDBY, 42)
+        assert 0 <= host.lag_age_ms < 5_000
+        assert (await standby.route_query("counts", partition=0, max_lag=41)).hosts == ()
+        standby.lock.release("test")
+        await standby.wait_for_assignment(lambda a: TaskId(0, 0) in a.active, timeout=10)
+        routed = await standby.route_query("counts", partition=0)
+        assert [(h.host, h.role) for h in routed.hosts] == [(standby.config.endpoint, Role.ACTIVE)]
+    finally:
+        await close_all(members)
+
+
+async def test_route_query_errors_name_the_problem(leader):
+    members = await join(leader, "g", 1, partitions=2)
+    try:
+        await converged(members)
+        with pytest.raises(RoutingError, match="UNKNOWN_PARTITION"):
+            # the member's own topology says 2 partitions; ask as a router with a wider one
+            from client.member import route_query
+            await route_query(members[0]._stub, "g", topology(8), "counts", partition=5)
+        with pytest.raises(RoutingError, match="GROUP_ID_NOT_FOUND"):
+            from client.member import route_query
+            await route_query(members[0]._stub, "nope", topology(2), "counts", partition=0)
+    finally:
+        await close_all(members)
+
+
+class ReportingLags(CheckpointLagSource):
+    """The default lag source, announcing each time the member computes the lags it reports."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reported = asyncio.Event()
+
+    def task_lags(self):
+        lags = super().task_lags()
+        self.reported.set()
+        return lags
+
+
+async def test_cleanup_race_cannot_delete_state_reported_and_then_received(leader, tmp_path):
+    """KIP-441 "Race between assignment and state cleanup", end to end. The member has old,
+    unassigned state for 0_1 and reports its lag in JoinGroup; the cleaner wakes up while the
+    rebalance is under way; the leader gives 0_1 to the member (the only one with state). The
+    cleaner must run only after the assignment is applied, and keep 0_1."""
+    topo = topology(2)
+    state = StateDirectory(tmp_path / "worker")
+    state.write_checkpoint(TaskId(0, 1), {("app-counts-changelog", 1): 990})
+    state.create(TaskId(9, 0))  # state of a task no topology has: the cleaner's to delete
+    old = time.time() - 3600
+    for task in (TaskId(0, 1), TaskId(9, 0)):
+        import os
+        os.utime(state.task_dir(task), (old, old))
+    lags = ReportingLags(topo, state, {("app-counts-changelog", 0): 1000, ("app-counts-changelog", 1): 1000})
+    applied_before_cleaning: list[frozenset[TaskId]] = []
+    member = GroupMember(leader.address, member_config("g", 0, partitions=2, standbys=0), lags,
+                         on_assignment=lambda change: applied_before_cleaning.append(change.current.all_tasks()))
+    cleaner = StateCleaner(state, member.lock, member.assigned_tasks, state_cleanup_delay_ms=60_000)
+    try:
+        await member.start()
+        await lags.reported.wait()  # the member has computed (and is sending) 0_1's lag of 10
+        cleaning = asyncio.create_task(cleaner.clean_once())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not cleaning.done()  # blocked by the member's lock, mid-rebalance
+        assignment = await member.wait_for_assignment(timeout=10)
+        result = await cleaning
+        assert TaskId(0, 1) in assignment.all_tasks()
+        assert applied_before_cleaning and TaskId(0, 1) in applied_before_cleaning[0]
+        assert result.deleted == (TaskId(9, 0),)
+        assert TaskId(0, 1) in result.kept_assigned
+        assert state.read_checkpoint(TaskId(0, 1)) == {("app-counts-changelog", 1): 990}
+    finally:
+        await member.close()
+
+
+async def test_heartbeats_carry_fresh_lags_of_restoring_tasks(leader):
+    members = await join(leader, "g", 2, partitions=2)
+    try:
+        await converged(members)
+        m = members[0]
+        standby_task = m.assignment.standby[0]
+        for lag in (5_000, 1_234):
+            m.lag_source.update({standby_task: lag, **{t: LATEST for t in m.assignment.active}})
+            deadline = time.monotonic() + 3
+            while True:
+                group = await leader.describe("g")
+                me = next(d for d in group.members if d.process_id == m.config.process_id)
+                reported = {TaskId(e.task.subtopology, e.task.partition): e.lag for e in me.lags}
+                if reported.get(standby_task) == lag:
+                    break
+                assert time.monotonic() < deadline, reported
+                await asyncio.sleep(0.05)
+    finally:
+        await close_all(members)
+
+
+async def test_static_member_that_will_come_back_keeps_its_place(leader):
+    members = await join(leader, "g", 2, partitions=2)
+    static = GroupMember(leader.address, member_config("g", 5, partitions=2, group_instance_id="worker-5"),
+                         StaticLagSource())
+    try:
+        await static.start()
+        generation = await converged([*members, static])
+        tasks = static.assignment.all_tasks()
+        await static.close(will_come_back=True)  # no LeaveGroup
+        again = GroupMember(leader.address, member_config("g", 5, partitions=2, group_instance_id="worker-5"),
+                            StaticLagSource())
+        await again.start()
+        assignment = await again.wait_for_assignment(timeout=5)
+        assert (assignment.generation, assignment.all_tasks()) == (generation, tasks)  # no rebalance
+        await asyncio.sleep(0.3)
+        assert {m.assignment.generation for m in members} == {generation}
+        await again.close()  # a real leave: the others rebalance at once
+        left_at = time.monotonic()
+        await converged(members, after=generation)
+        assert members[0].assignment.generation > generation
+        assert time.monotonic() - left_at < SESSION_MS / 1000 + 0.5
+    finally:
+        await close_all(members)
+
+
+async def test_a_newcomer_with_another_topology_is_refused_with_a_clear_error(leader):
+    members = await join(leader, "g", 1, partitions=2)
+    other = Topology("app", (Subtopology(0, ("orders",), 2, (StoreSpec("other-store"),)),))
+    stranger = GroupMember(leader.address, member_config("g", 3, topology=other), StaticLagSource())
+    try:
+        await converged(members)
+        await stranger.start()
+        with pytest.raises(MemberError) as error:
+            await stranger.wait_for_assignment(timeout=5)
+        assert error.value.code == "ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL"
+    finally:
+        await stranger.close()
+        await close_all(members)
+
+
+async def test_member_rides_through_a_server_restart(tmp_path):
+    """Transient UNAVAILABLE: the retry policy and the member's backoff carry it across a restart
+    on the same port and state; it keeps (or rejoins to) a complete assignment."""
+    import socket
+
+    from tests.client.conftest import start_leader
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = await start_leader(tmp_path / "leader", listen=f"127.0.0.1:{port}")
+    members = [GroupMember(f"127.0.0.1:{port}", member_config("g", i, partitions=2), StaticLagSource()) for i in range(2)]
+    try:
+        for m in members:
+            await m.start()
+        await converged(members)
+        await server.stop(grace_s=0.2)
+        await asyncio.sleep(0.5)  # heartbeats fail meanwhile
+        server = await start_leader(tmp_path / "leader", listen=f"127.0.0.1:{port}")
+        await asyncio.sleep(1.0)
+        await converged(members)
+        assert all(m.error is None for m in members)
+        assert set().union(*(set(m.assignment.active) for m in members)) == frozenset(topology(2).tasks())
+    finally:
+        await close_all(members)
+        await server.stop(grace_s=0.2)
+
+
+def test_member_config_names_bad_fields():
+    from assignor.model import InvalidInput
+
+    with pytest.raises(InvalidInput, match="process_id"):
+        member_config("g", 0, process_id="worker-1")
+    with pytest.raises(InvalidInput, match="heartbeat_interval_ms"):
+        member_config("g", 0, heartbeat_interval_ms=SESSION_MS)
+    with pytest.raises(InvalidInput, match="group_id"):
+        member_config("", 0)
+    assert HostInfo.parse("a:1")  # keep the import honest
