@@ -1,0 +1,248 @@
+"""End to end over a real server: malformed requests, restart persistence, 200 concurrent
+members, the stateless Assign RPC, RouteQuery, health, reflection and drain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from remote_leader.v1 import assignment_pb2 as apb
+from remote_leader.v1 import errors_pb2 as epb
+from remote_leader.v1 import group_leader_pb2 as pb
+from server.timers import FakeClock
+from tests.server.harness import LATEST, Worker, rebalance, run_for, running_server, settle, topology
+
+INITIAL_DELAY_MS = 3_000
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "scenarios"
+
+
+def _join(**changes) -> pb.JoinGroupRequest:
+    request = Worker(stub=None).join_request()  # type: ignore[arg-type]
+    for path, value in changes.items():
+        target = request
+        *parents, leaf = path.split("__")
+        for name in parents:
+            target = getattr(target, name)
+        if isinstance(value, list):
+            del getattr(target, leaf)[:]
+            getattr(target, leaf).extend(value)
+        elif hasattr(value, "CopyFrom"):
+            getattr(target, leaf).CopyFrom(value)
+        else:
+            setattr(target, leaf, value)
+    return request
+
+
+def _without(field: str) -> pb.JoinGroupRequest:
+    request = _join()
+    *parents, leaf = field.split(".")
+    target = request
+    for name in parents:
+        target = getattr(target, name)
+    target.ClearField(leaf)
+    return request
+
+
+_BAD_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(subtopology=0, partition=1), lag=-7)])
+_DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1), lag=3), apb.TaskLag(task=apb.TaskId(partition=1), lag=4)])
+
+
+@pytest.mark.parametrize(
+    "request_, field",
+    [
+        pytest.param(_join(group_id=""), "group_id", id="empty-group-id"),
+        pytest.param(_join(group_id="a\x01b"), "group_id", id="control-character-group-id"),
+        pytest.param(_join(session_timeout_ms=0), "session_timeout_ms", id="zero-session-timeout"),
+        pytest.param(_join(rebalance_timeout_ms=-1), "rebalance_timeout_ms", id="negative-rebalance-timeout"),
+        pytest.param(_without("subscription"), "subscription", id="no-subscription"),
+        pytest.param(_join(subscription__version=0), "subscription.version", id="version-zero"),
+        pytest.param(_join(subscription__latest_supported_version=1), "subscription.latest_supported_version", id="latest-below-version"),
+        pytest.param(_join(subscription__process_id="not-a-uuid"), "subscription.process_id", id="process-id-not-uuid"),
+        pytest.param(_join(subscription__num_threads=0), "subscription.num_threads", id="zero-threads"),
+        pytest.param(_without("subscription.topology"), "subscription.topology", id="no-topology"),
+        pytest.param(_join(subscription__topology=pb.Topology()), "subscription.topology.subtopologies", id="empty-topology"),
+        pytest.param(_join(subscription__topology=topology(-1)), "subscription.topology.subtopologies[0].source_topics[0].partition_count", id="negative-partitions"),
+        pytest.param(_join(subscription__endpoint=pb.HostInfo(host="h", port=70000)), "subscription.endpoint.port", id="bad-port"),
+        pytest.param(_join(subscription__lags=_BAD_TASK_LAG), "subscription.lags.task_lags[0].lag", id="negative-lag"),
+        pytest.param(_join(subscription__lags=_DUP_TASK_LAG), "subscription.lags.task_lags[1].task", id="duplicate-lag"),
+        pytest.param(_join(subscription__config=apb.AssignmentConfig(max_warmup_replicas=0)), "subscription.config.max_warmup_replicas", id="config-below-minimum"),
+        pytest.param(_join(subscription__config=apb.AssignmentConfig(probing_rebalance_interval_ms=5)), "subscription.config.probing_rebalance_interval_ms", id="probe-interval-below-minute"),
+        pytest.param(_join(subscription__error_code=epb.ASSIGNOR_ERROR_VERSION_PROBING), "subscription.error_code", id="member-sends-version-probing"),
+    ],
+)
+async def test_malformed_join_is_invalid_argument_naming_the_field_and_changes_nothing(leader, request_, field):
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await leader.stub.JoinGroup(request_)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith(f"{field}:"), caught.value.details()
+    assert (await leader.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+
+
+@pytest.mark.parametrize(
+    "method, request_, field",
+    [
+        pytest.param("SyncGroup", pb.SyncGroupRequest(group_id="app"), "member_id", id="sync-no-member"),
+        pytest.param("Heartbeat", pb.HeartbeatRequest(member_id="m"), "group_id", id="heartbeat-no-group"),
+        pytest.param("Heartbeat", pb.HeartbeatRequest(group_id="app", member_id="m", lags=_BAD_TASK_LAG), "lags.task_lags[0].lag", id="heartbeat-bad-lag"),
+        pytest.param("LeaveGroup", pb.LeaveGroupRequest(group_id="app", member_id="m", group_instance_id=""), "group_instance_id", id="leave-empty-instance"),
+        pytest.param("RouteQuery", pb.RouteQueryRequest(group_id="app", store="s", partition=-1), "partition", id="route-negative-partition"),
+        pytest.param("Assign", pb.AssignRequest(problem=apb.AssignmentProblem(clients=[apb.ClientState(id="a", threads=0)])), "problem.clients[0].threads", id="assign-zero-threads"),
+        pytest.param("Assign", pb.AssignRequest(problem=apb.AssignmentProblem(
+            tasks=[apb.TaskSpec(id=apb.TaskId(partition=0), stateful=True)],
+            clients=[apb.ClientState(id="a", threads=1, lags=[apb.TaskLag(task=apb.TaskId(partition=9), lag=1)])])),
+            "problem.clients[0].lags.0_9", id="assign-unknown-task"),
+    ],
+)
+async def test_malformed_calls_are_invalid_argument(leader, method, request_, field):
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await getattr(leader.stub, method)(request_)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith(f"{field}:"), caught.value.details()
+
+
+async def test_restart_keeps_generation_members_assignment_and_probe(tmp_path):
+    state = tmp_path / "state"
+    clock = FakeClock()
+    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
+    async with running_server(state, clock=clock) as first:
+        a = first.worker(port=7001, config=config, task_lags={"0_0": LATEST, "0_1": LATEST, "0_2": LATEST})
+        b = first.worker(port=7002, config=config)
+        await rebalance(clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+        before = (await first.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
+        assert before.HasField("next_probe_ms")  # b is warming up
+        assignments = {a.member_id: sorted(a.active()), b.member_id: sorted(b.active())}
+    # A new server process on the same state directory, a little later.
+    await clock.advance(2_000)
+    async with running_server(state, clock=clock) as second:
+        for w in (a, b):
+            w.stub = second.stub
+            hb = await w.heartbeat()
+            assert hb.error_code == epb.ERROR_CODE_NONE, hb
+            assert hb.next_rebalance_ms == before.next_probe_ms
+            assert (await w.sync()).error_code == epb.ERROR_CODE_NONE
+            assert sorted(w.active()) == assignments[w.member_id]
+        after = (await second.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
+        assert after.generation_id == before.generation_id
+        assert after.state == pb.GROUP_STATE_STABLE
+        assert [m.member_id for m in after.members] == [m.member_id for m in before.members]
+        assert after.next_probe_ms == before.next_probe_ms and after.next_probe_reason == "probing_rebalance"
+        # The restored probe still fires.
+        responses = await run_for(clock, [a, b], before.next_probe_ms - clock.now_ms())
+        assert responses[0].error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+
+
+async def test_restart_mid_rebalance_lets_members_rejoin(tmp_path):
+    state = tmp_path / "state"
+    clock = FakeClock()
+    async with running_server(state, clock=clock) as first:
+        a, b = first.worker(), first.worker()
+        await rebalance(clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+        assert (await b.leave()).error_code == epb.ERROR_CODE_NONE  # durable before the answer
+    async with running_server(state, clock=clock) as second:
+        a.stub = second.stub
+        assert (await a.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+        await rebalance(clock, [a])
+        assert sorted(a.active()) == ["0_0", "0_1", "0_2"]
+
+
+async def test_drain_answers_parked_joins_and_refuses_new_calls(tmp_path):
+    async with running_server(tmp_path / "state") as running:
+        a = running.worker()
+        parked = asyncio.create_task(a.join())
+        await settle()
+        await running.server.coordinator.drain()
+        response = await parked
+        assert response.error_code == epb.ERROR_CODE_COORDINATOR_NOT_AVAILABLE
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await running.stub.ListGroups(pb.ListGroupsRequest())
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_200_concurrent_members_get_one_consistent_assignment(tmp_path):
+    async with running_server(tmp_path / "state") as running:
+        workers = [running.worker(topo=topology(400), port=10_000 + i) for i in range(200)]
+        await rebalance(running.clock, workers, advance_ms=INITIAL_DELAY_MS)
+        assert len({w.generation for w in workers}) == 1
+        actives = [t for w in workers for t in w.active()]
+        assert sorted(actives) == sorted(f"0_{p}" for p in range(400))  # every task active exactly once
+        assert all(len(w.active()) == 2 for w in workers)  # 400 tasks over 200 equal members
+        maps = {tuple(h.SerializeToString(deterministic=True) for h in w.assignment.partitions_by_host) for w in workers}
+        assert len(maps) == 1  # everyone sees the same cluster metadata
+        by_host = {h.host.port: sorted(p.partition for p in h.partitions) for h in workers[0].assignment.partitions_by_host}
+        for w in workers:
+            assert by_host[w.port] == sorted(int(t.split("_")[1]) for t in w.active())
+
+
+async def test_assign_rpc_solves_kip441_scale_out_statelessly(leader):
+    scenario = json.loads((FIXTURES / "kip441_scale_out.json").read_text())["scenario"]
+    problem = apb.AssignmentProblem(
+        config=apb.AssignmentConfig(acceptable_recovery_lag=10_000, max_warmup_replicas=2, num_standby_replicas=1),
+        tasks=[apb.TaskSpec(id=apb.TaskId(partition=p), stateful=True, changelog_offsets=1_000_000) for p in range(3)],
+        clients=[
+            apb.ClientState(
+                id=c["id"], threads=c["threads"],
+                prev_active=[apb.TaskId(partition=int(t[2:])) for t in c["prev_active"]],
+                prev_standby=[apb.TaskId(partition=int(t[2:])) for t in c["prev_standby"]],
+                lags=[apb.TaskLag(task=apb.TaskId(partition=int(t[2:])), lag=LATEST if v == "latest" else v) for t, v in c["lags"].items()],
+            )
+            for c in scenario["clients"]
+        ],
+    )
+    response = await leader.stub.Assign(pb.AssignRequest(problem=problem))
+    result = response.result
+    clients = {c.client_id: c for c in result.clients}
+    assert sorted(clients) == ["I1", "I2", "I3"]
+    assert list(clients["I3"].active) == []  # the KIP: I3 gets no active task yet
+    assert 1 <= len(clients["I3"].warmup) <= 2
+    assert result.probing_rebalance_needed and result.followup_rebalance_ms == 600_000
+    assert any(r.code == "warming_up" for r in result.reasons)
+    assert (await leader.stub.ListGroups(pb.ListGroupsRequest())).groups == []  # stateless
+
+
+async def test_route_query_prefers_the_live_active_then_caught_up_standbys(leader):
+    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=2)
+    ids = [str(uuid.UUID(int=i)) for i in (1, 2, 3)]
+    a = leader.worker(process_id=ids[0], port=7001, config=config, task_lags={"0_0": LATEST, "0_1": 0, "0_2": 0})
+    b = leader.worker(process_id=ids[1], port=7002, config=config, task_lags={"0_1": LATEST, "0_0": 40, "0_2": 0})
+    c = leader.worker(process_id=ids[2], port=7003, config=config, task_lags={"0_2": LATEST, "0_0": 400, "0_1": 0})
+    await rebalance(leader.clock, [a, b, c], advance_ms=INITIAL_DELAY_MS)
+    assert a.active() == ["0_0"]
+    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=0, max_lag=100))
+    assert [(h.host.port, h.role) for h in route.hosts] == [(7001, apb.ROLE_ACTIVE)]
+    await leader.clock.advance(500)
+    await b.heartbeat({"0_1": LATEST, "0_0": 30, "0_2": 0})
+    await a.leave()  # the active is gone; until the rebalance completes, standbys serve
+    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=0, max_lag=100))
+    assert [(h.host.port, h.role, h.lag) for h in route.hosts] == [(7002, apb.ROLE_STANDBY, 30)]
+    assert route.hosts[0].lag_age_ms == 0
+    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=0))
+    assert [(h.host.port, h.lag) for h in route.hosts] == [(7002, 30), (7003, 400)]
+    await leader.clock.advance(250)
+    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=0))
+    # b reported 250 ms ago; c's lags date from its JoinGroup: initial delay + 500 + 250 ms.
+    assert [h.lag_age_ms for h in route.hosts] == [250, INITIAL_DELAY_MS + 750]
+    unknown = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="nope", partition=0))
+    assert unknown.error_code == epb.ERROR_CODE_UNKNOWN_STATE_STORE
+    missing = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="nope", store="counts", partition=0))
+    assert missing.error_code == epb.ERROR_CODE_GROUP_ID_NOT_FOUND
+
+
+async def test_health_and_reflection(leader):
+    health = health_pb2_grpc.HealthStub(leader.channel)
+    for service in ("", "remote_leader.v1.GroupLeader"):
+        response = await health.Check(health_pb2.HealthCheckRequest(service=service))
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+    stub = reflection_pb2_grpc.ServerReflectionStub(leader.channel)
+    responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    names = set()
+    async for response in responses:
+        names |= {s.name for s in response.list_services_response.service}
+        break
+    assert "remote_leader.v1.GroupLeader" in names
