@@ -90,13 +90,13 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
                 starts.append((f"log:{group_id}", {"restore_rate": restore, "append_rate": append}, (record, rates)))
 
     runs, skipped = [], []
-    for (start, point, shape), event, rep in itertools.product(starts, events, range(repetitions)):
+    for (start, point, shape), event in itertools.product(starts, events):
         problem = _unrunnable(shape, event)
         if problem:
             skipped.append(f"{start} {_describe(point)} {event.label()}: {problem}")
             continue
-        seed = run_seed(start, sorted(point.items()), event.label(), rep)
-        for config in configs:
+        for rep, config in itertools.product(range(repetitions), configs):
+            seed = run_seed(start, sorted(point.items()), event.label(), rep)
             run_id = f"{run_seed(seed, sorted(_config_items(config))):016x}"
             if isinstance(shape, GroupShape):
                 runs.append(RunSpec(run_id, seed, event, config, timing, shape=shape,

@@ -1,0 +1,130 @@
+"""The simulator in plain Python: KIP-441 scaling scenarios with hand-derived outcomes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from pipeline.grid import expand_grid
+from pipeline.simulation import (
+    GroupShape,
+    InvalidSpec,
+    Rates,
+    RunSpec,
+    ScalingEvent,
+    SimConfig,
+    run_rows,
+    run_seed,
+)
+from tests.pipeline.records import scale_out_story
+
+# 6 clients on 3 racks, 12 stateful tasks, standbys in sync and a changelog that does not grow,
+# so every number below can be worked out by hand.
+QUIET = GroupShape(clients=6, racks=3, subtopologies=1, partitions=12, standbys=2, lag="in_sync",
+                   restore_rate=10_000, append_rate=0, changelog_offsets=1_000_000)
+
+
+def run(event: str, shape: GroupShape = QUIET, **config) -> tuple[dict, list[dict]]:
+    return run_rows(RunSpec("r", 7, ScalingEvent.parse(event), SimConfig(**config), shape=shape))
+
+
+def test_lost_rack_costs_exactly_the_session_timeout_when_standbys_are_caught_up():
+    # Rack r0 holds c0000 and c0003, 2 actives each; with 2 standbys per task a caught-up
+    # replica survives, so each of the 4 tasks is down from the crash to the expiry (45 s).
+    row, steps = run("lose_rack")
+    assert row["downtime_task_s"] == pytest.approx(4 * 45.0)
+    assert steps[0]["trigger"] == "session_expired" and steps[0]["time_s"] == 45.0
+    assert row["clients_after"] == 4 and row["settled"] and row["balanced"]
+
+
+def test_scale_out_moves_work_only_after_warm_up_with_no_downtime():
+    # KIP-441 "Scaling Out": new instances warm up first; the interval probe (600 s) comes long
+    # after restoration (1M offsets at 10k/s = 100 s), so nothing restores as active.
+    row, steps = run("scale_out:3", early_probe=False, max_warmup_replicas=2)
+    assert row["downtime_task_s"] == 0.0
+    assert row["settled"] and row["balanced"] and row["rebalances"] >= 2
+    assert row["peak_warmups"] <= 2
+    assert [s["time_s"] for s in steps] == [600.0 * i for i in range(len(steps))]
+    assert row["settle_time_s"] == 600.0 * (len(steps) - 1)
+
+
+def test_early_probe_settles_sooner_but_never_before_the_minimum_interval():
+    interval, early = run("scale_out:3", early_probe=False)[0], run("scale_out:3", min_probe_interval_s=60)
+    row, steps = early
+    assert row["settle_time_s"] < interval["settle_time_s"]
+    probes = [s for s in steps if s["trigger"] == "early_probe"]
+    assert probes
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert after["time_s"] - before["time_s"] >= 60.0
+
+
+def test_sticky_moves_at_once_and_pays_in_downtime():
+    row, steps = run("scale_out:3", assignor="sticky")
+    assert row["rebalances"] == 1 and steps[0]["moved"] == row["tasks_moved"] > 0
+    # each moved active restores its whole changelog (0.5-1.5 x 1M offsets at 10k offsets/s)
+    assert 50.0 * row["tasks_moved"] <= row["downtime_task_s"] <= 150.0 * row["tasks_moved"]
+
+
+def test_rolling_restart_leaves_and_rejoins_every_member_once():
+    row, steps = run("rolling_restart")
+    triggers = [s["trigger"] for s in steps]
+    assert triggers.count("member_left") == 6 and triggers.count("member_rejoined") == 6
+    assert row["clients_after"] == row["clients_before"] == 6 and row["settled"]
+
+
+def test_same_spec_same_rows_and_seeds_do_not_depend_on_hash_salt():
+    lagging = replace(QUIET, lag="uniform:0:50000")
+    assert run("scale_in:2", lagging) == run("scale_in:2", lagging)
+    code = "from pipeline.simulation import run_seed; print(run_seed('a', 1, ('x', 2)))"
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": os.getcwd()}
+    other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(other.stdout) == run_seed("a", 1, ("x", 2))
+
+
+def test_a_logged_group_is_a_starting_point():
+    start = {key: scale_out_story()[-1][key] for key in ("input", "output")}
+    rates = Rates(restore_rate=1000, append_rate=0)
+    row, _ = run_rows(RunSpec("r", 1, ScalingEvent("scale_out", 1), SimConfig(), start=start, rates=rates))
+    assert row["error"] is None and row["clients_before"] == 1 and row["clients_after"] == 2 and row["settled"]
+    failed, steps = run_rows(RunSpec("r", 1, ScalingEvent("scale_in", 1), SimConfig(), start=start, rates=rates))
+    assert failed["error"].startswith("events:") and steps == []
+
+
+GOOD = {"group": {"clients": 4}, "events": ["scale_out:1"], "configs": {"max_warmup_replicas": [1, 2]}}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        pytest.param({"colour": 1}, "colour", id="unknown-key"),
+        pytest.param({"group": {"clients": 0}}, "group.clients", id="no-clients"),
+        pytest.param({"group": {"flavour": [1]}}, "group.flavour", id="unknown-axis"),
+        pytest.param({"group": {"lag": "normal:3"}}, "group.lag", id="bad-lag"),
+        pytest.param({"group": {"restore_rate": 10, "append_rate": 10}}, "group.restore_rate", id="never-catches-up"),
+        pytest.param({"configs": {"max_warmup_replicas": 0}}, "configs.max_warmup_replicas", id="kip441-min-warmups"),
+        pytest.param({"configs": {"probing_interval_s": 30}}, "configs.probing_interval_s", id="kip441-min-interval"),
+        pytest.param({"configs": {"rack_strategy": "nearest"}}, "configs.rack_strategy", id="bad-strategy"),
+        pytest.param({"events": ["explode"]}, "events", id="bad-event"),
+        pytest.param({"repetitions": 0}, "repetitions", id="no-repetitions"),
+    ],
+)
+def test_bad_grids_name_the_field(change, field):
+    with pytest.raises(InvalidSpec) as raised:
+        expand_grid({**GOOD, **change})
+    assert raised.value.field == field
+
+
+def test_grid_expansion_crosses_axes_and_shares_seeds_across_configs():
+    plan = expand_grid({**GOOD, "group": {"clients": [4, 1], "racks": 1}, "events": ["scale_in:1", "lose_rack"],
+                        "repetitions": 2})
+    # clients=1 cannot scale in by 1; racks=1 cannot lose a rack: 1 group x 1 event x 2 reps x 2 configs
+    assert len(plan.runs) == 4 and len(plan.skipped) == 3
+    assert len({r.run_id for r in plan.runs}) == 4
+    by_rep = {}
+    for spec in plan.runs:
+        by_rep.setdefault(spec.point["rep"], set()).add(spec.seed)
+    assert all(len(seeds) == 1 for seeds in by_rep.values()) and len(by_rep) == 2
