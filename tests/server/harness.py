@@ -149,6 +149,13 @@ async def rebalance(clock: FakeClock, workers: list[Worker], *, advance_ms: int 
     joins = [asyncio.create_task(w.join()) for w in workers]
     await settle()
     if advance_ms:
+        # Under load, wait until every join has reached the server before time moves on.
+        stub, group_id = workers[0].stub, workers[0].group_id
+        for _ in range(1000):
+            described = await stub.DescribeGroup(pb.DescribeGroupRequest(group_id=group_id))
+            if len(described.group.members) >= len(workers):
+                break
+            await asyncio.sleep(0.01)
         await clock.advance(advance_ms)
     responses = await asyncio.wait_for(asyncio.gather(*joins), 30)
     for w, r in zip(workers, responses, strict=True):
