@@ -1,0 +1,71 @@
+"""The sidecar's pieces without a process: its lag source and the topology file."""
+
+from __future__ import annotations
+
+import pytest
+
+from assignor.model import LATEST, UNKNOWN, InvalidInput, TaskId
+from client.lags import LagInfo
+from client.sidecar import SidecarLagSource, parse_member_document
+from client.state import StateDirectory
+from client.topology import StoreSpec, Subtopology, Topology
+
+TOPOLOGY = Topology("app", (Subtopology(0, ("orders",), 2, (StoreSpec("counts"),)),))
+
+
+def test_with_a_state_dir_the_sidecar_computes_lags_from_checkpoints(tmp_path):
+    state = StateDirectory(tmp_path)
+    state.write_checkpoint(TaskId(0, 0), {("app-counts-changelog", 0): 900})
+    state.write_checkpoint(TaskId(0, 1), {("app-counts-changelog", 1): 10})
+    source = SidecarLagSource(TOPOLOGY, state)
+    assert source.task_lags() == {TaskId(0, 0): UNKNOWN, TaskId(0, 1): UNKNOWN}  # no end offsets yet
+    source.update({}, {}, {("app-counts-changelog", 0): 1000, ("app-counts-changelog", 1): 50}, frozenset({TaskId(0, 1)}))
+    assert source.task_lags() == {TaskId(0, 0): 100, TaskId(0, 1): LATEST}
+    assert source.store_partition_lags() == {"counts": {0: LagInfo(900, 1000), 1: LagInfo(50, 50)}}
+
+
+def test_reported_task_lags_win(tmp_path):
+    state = StateDirectory(tmp_path)
+    state.write_checkpoint(TaskId(0, 0), {("app-counts-changelog", 0): 900})
+    source = SidecarLagSource(TOPOLOGY, state)
+    source.update({TaskId(0, 0): 7}, {}, {("app-counts-changelog", 0): 1000}, frozenset())
+    assert source.task_lags() == {TaskId(0, 0): 7}
+
+
+def test_without_a_state_dir_only_reports_count():
+    source = SidecarLagSource(TOPOLOGY)
+    assert source.task_lags() == {}
+    source.update({TaskId(0, 1): 3}, {}, {}, frozenset())
+    assert source.task_lags() == {TaskId(0, 1): 3}
+
+
+def test_member_document_with_config():
+    topology, config = parse_member_document({
+        "application_id": "app",
+        "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 3,
+                           "stores": ["a", {"name": "b", "logged": False}, {"name": "c", "changelog_topic": "c-log"}]}],
+        "config": {"num_standby_replicas": 2},
+    })
+    assert [s.logged for s in topology.subtopologies[0].stores] == [True, False, True]
+    assert topology.changelog_topic(topology.subtopologies[0].stores[2]) == "c-log"
+    assert config.num_standby_replicas == 2
+
+
+@pytest.mark.parametrize(("document", "field"), [
+    pytest.param([], "(topology)", id="not-an-object"),
+    pytest.param({"application_id": "a", "subtopologies": [], "extra": 1}, "extra", id="unknown-key"),
+    pytest.param({"application_id": "a"}, "subtopologies", id="no-subtopologies"),
+    pytest.param({"application_id": "a", "subtopologies": [{"id": 0, "partitions": 1}]}, "subtopologies[0].source_topics",
+                 id="no-source-topics"),
+    pytest.param({"application_id": "a", "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 1,
+                                                            "stores": [{"nme": "x"}]}]}, "subtopologies[0].stores[0]",
+                 id="bad-store"),
+    pytest.param({"application_id": "a", "subtopologies": [], "config": {"num_standbys": 1}}, "config.num_standbys",
+                 id="unknown-config-key"),
+    pytest.param({"application_id": "a", "subtopologies": [], "config": {"num_standby_replicas": -1}},
+                 "config.num_standby_replicas", id="bad-config-value"),
+])
+def test_bad_member_documents_name_the_field(document, field):
+    with pytest.raises(InvalidInput) as error:
+        parse_member_document(document)
+    assert error.value.field == field
