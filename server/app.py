@@ -19,8 +19,8 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from remote_leader.v1 import group_leader_pb2, group_leader_pb2_grpc
-from server.edge import GroupLeaderServicer
+from remote_leader.v1 import group_leader_pb2
+from server.edge import GroupLeaderServicer, add_to_server
 from server.group import GroupSettings
 from server.observability import Metrics, RebalanceLog
 from server.runtime import Coordinator
@@ -98,7 +98,7 @@ class LeaderServer:
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)
-        group_leader_pb2_grpc.add_GroupLeaderServicer_to_server(GroupLeaderServicer(self.coordinator), server)
+        add_to_server(GroupLeaderServicer(self.coordinator), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
 
 from assignor import solve
 from assignor.model import LATEST, UNKNOWN, AssignmentConfig, AssignmentResult, InvalidInput, Role, TaskId
@@ -321,13 +322,16 @@ def _host_partitions(cluster: ClusterMetadata, standby: bool) -> list[pb.HostPar
 
 
 class _HostMapCache:
-    """The host maps of a generation are the same for every member: encode them once."""
+    """The host maps of a generation are the same for every member: encode them once, as the
+    serialised bytes of a SyncGroupResponse holding only them. Protobuf merges a message field
+    that occurs twice, so appending these bytes to a member's own serialised answer yields its
+    whole answer, without copying n hosts into each of n answers."""
 
     def __init__(self, size: int = 64) -> None:
-        self._entries: dict[tuple[int, int], tuple[ClusterMetadata, pb.Assignment]] = {}
+        self._entries: dict[tuple[int, int], tuple[ClusterMetadata, bytes]] = {}
         self._size = size
 
-    def get(self, cluster: ClusterMetadata, version: int) -> pb.Assignment:
+    def get(self, cluster: ClusterMetadata, version: int) -> bytes:
         key = (id(cluster), version)
         entry = self._entries.get(key)
         if entry is not None and entry[0] is cluster:
@@ -335,16 +339,17 @@ class _HostMapCache:
         template = pb.Assignment(partitions_by_host=_host_partitions(cluster, standby=False))
         if version >= STANDBY_HOSTS_VERSION:
             template.standby_partitions_by_host.extend(_host_partitions(cluster, standby=True))
+        encoded = pb.SyncGroupResponse(assignment=template).SerializeToString()
         if len(self._entries) >= self._size:
             self._entries.pop(next(iter(self._entries)))
-        self._entries[key] = (cluster, template)
-        return template
+        self._entries[key] = (cluster, encoded)
+        return encoded
 
 
-def assignment_to_proto(assignment: MemberAssignment, cache: _HostMapCache) -> pb.Assignment:
+def assignment_to_proto(assignment: MemberAssignment) -> pb.Assignment:
+    """The member's own part of its assignment (the host maps travel separately: _HostMapCache)."""
     topology = assignment.cluster.topology
     msg = pb.Assignment()
-    msg.MergeFrom(cache.get(assignment.cluster, assignment.version))
     msg.version = assignment.version
     msg.commonly_supported_version = assignment.commonly_supported_version
     msg.error_code = int(assignment.error)
@@ -518,13 +523,14 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             commonly_supported_version=response.commonly_supported_version,
         )
 
-    async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse:
+    async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse | bytes:
         group_id, member_id, instance = await self._guard(context, _member_fields, request)
         response = await self._coordinator.sync(SyncGroupRequest(group_id, member_id, instance, request.generation_id))
         msg = pb.SyncGroupResponse(error_code=int(response.error), error_message=response.message)
-        if response.assignment is not None:
-            msg.assignment.CopyFrom(assignment_to_proto(response.assignment, self._host_maps))
-        return msg
+        if response.assignment is None:
+            return msg
+        msg.assignment.CopyFrom(assignment_to_proto(response.assignment))
+        return msg.SerializeToString() + self._host_maps.get(response.assignment.cluster, response.assignment.version)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
         def convert(msg: pb.HeartbeatRequest) -> HeartbeatRequest:
@@ -594,3 +600,23 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             if host.endpoint is not None:
                 entry.host.CopyFrom(pb.HostInfo(host=host.endpoint.host, port=host.endpoint.port))
         return msg
+
+
+def _serialize(response: Any) -> bytes:
+    return response if isinstance(response, bytes) else response.SerializeToString()
+
+
+def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server) -> None:
+    """Register the servicer like the generated ``add_GroupLeaderServicer_to_server``, except that
+    a handler may return pre-serialised bytes (SyncGroup does)."""
+    service = pb.DESCRIPTOR.services_by_name["GroupLeader"]
+    handlers = {
+        method.name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=message_factory.GetMessageClass(method.input_type).FromString,
+            response_serializer=_serialize,
+        )
+        for method in service.methods
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)

@@ -145,6 +145,7 @@ class Member:
     join_call: int | None = None  # the parked JoinGroup, if any
     synced: bool = False
     session_deadline_ms: int = 0
+    session_armed: bool = False  # a session timer is set (at or before the deadline)
 
     @classmethod
     def from_join(cls, request: JoinGroupRequest, member_id: str, now_ms: int) -> Member:
@@ -206,6 +207,7 @@ class Group:
     join_deadline_ms: int = 0
     next_probe_ms: int | None = None
     next_probe_reason: str = ""
+    parked: int = 0  # members with a parked JoinGroup: the barrier check is O(1) per join
 
     # ---- state transitions -------------------------------------------------------------------
 
@@ -216,6 +218,17 @@ class Group:
 
     def _key(self, kind: TimerKind, member_id: str = "") -> TimerKey:
         return TimerKey(kind, self.group_id, member_id)
+
+    def _park_call(self, member: Member, call_id: int) -> None:
+        if member.join_call is None:
+            self.parked += 1
+        member.join_call = call_id
+
+    def _unpark(self, member: Member) -> int | None:
+        call, member.join_call = member.join_call, None
+        if call is not None:
+            self.parked -= 1
+        return call
 
     def _check_alive(self) -> ErrorCode | None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if self.state is GroupState.DEAD else None
@@ -307,8 +320,9 @@ class Group:
         old = self.members.pop(self.instances[instance])
         outcome = Outcome()
         outcome.effects.append(CancelTimer(self._key(TimerKind.SESSION, old.member_id)))
-        if old.join_call is not None:
-            outcome.effects.append(Reply(old.join_call, JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer member with the same group_instance_id")))
+        old_call = self._unpark(old)
+        if old_call is not None:
+            outcome.effects.append(Reply(old_call, JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer member with the same group_instance_id")))
         topology_trigger = self._adopt_topology(request.subscription)
         self._absorb_end_offsets(request.subscription.lags)
         member = Member.from_join(request, request.new_member_id, now_ms)
@@ -343,16 +357,17 @@ class Group:
         if difference:
             return Outcome(JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, difference))
         outcome = Outcome()
-        if member.join_call is not None:
-            outcome.effects.append(Reply(member.join_call, JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer JoinGroup of the same member")))
-            member.join_call = None
+        previous = self._unpark(member)
+        if previous is not None:
+            outcome.effects.append(Reply(previous, JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer JoinGroup of the same member")))
         topology_trigger = self._adopt_topology(request.subscription)
         self._absorb_end_offsets(request.subscription.lags)
         member.update(request, now_ms)
         return self._park(member, call_id, topology_trigger or Trigger.MEMBER_REJOINED, now_ms, outcome)
 
     def _park(self, member: Member, call_id: int, trigger: str, now_ms: int, outcome: Outcome) -> Outcome:
-        member.join_call = call_id
+        self._park_call(member, call_id)
+        member.session_armed = False
         outcome.effects.append(CancelTimer(self._key(TimerKind.SESSION, member.member_id)))
         if self.state is not GroupState.PREPARING_REBALANCE:
             outcome.effects += self._prepare_rebalance(trigger, now_ms)
@@ -379,7 +394,7 @@ class Group:
             return []
         if not self.members:
             return self._complete_join(now_ms)
-        all_joined = all(m.join_call is not None for m in self.members.values())
+        all_joined = self.parked == len(self.members)
         if all_joined and now_ms >= self.join_ready_ms:
             return self._complete_join(now_ms)
         if now_ms >= self.join_deadline_ms:
@@ -505,11 +520,9 @@ class Group:
         for member in sorted(self.members.values(), key=lambda m: m.member_id):
             member.synced = False
             effects += self._touch_session(member, now_ms)
-            if member.join_call is not None:
-                replies.append(
-                    Reply(member.join_call, JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version))
-                )
-                member.join_call = None
+            call = self._unpark(member)
+            if call is not None:
+                replies.append(Reply(call, JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version)))
         # Persist first: the replies depend on the generation being durable.
         return [Persist(self.group_id), *effects, *replies]
 
@@ -612,7 +625,12 @@ class Group:
         return member, ErrorCode.NONE
 
     def _touch_session(self, member: Member, now_ms: int) -> list:
+        """Move the session deadline. The timer is lazy: armed once, and on firing re-armed at
+        the current deadline if the member has heartbeat since (no timer churn per heartbeat)."""
         member.session_deadline_ms = now_ms + member.session_timeout_ms
+        if member.session_armed:
+            return []
+        member.session_armed = True
         return [ScheduleTimer(self._key(TimerKind.SESSION, member.member_id), member.session_deadline_ms)]
 
     def sync(self, request: SyncGroupRequest, now_ms: int) -> Outcome:
@@ -683,11 +701,12 @@ class Group:
 
     def session_expired(self, member_id: str, now_ms: int) -> Outcome:
         member = self.members.get(member_id)
-        # A stale timer: the member heartbeat, rejoined (parked joins do not expire) or left.
-        if member is None or member.join_call is not None or now_ms < member.session_deadline_ms:
+        # A stale timer: the member left or rejoined (parked joins do not expire) ...
+        if member is None or member.join_call is not None or self.state is GroupState.DEAD:
             return Outcome()
-        if self.state is GroupState.DEAD:
-            return Outcome()
+        # ... or heartbeat since it was armed: re-arm at the current deadline.
+        if now_ms < member.session_deadline_ms:
+            return Outcome(effects=[ScheduleTimer(self._key(TimerKind.SESSION, member_id), member.session_deadline_ms)])
         effects = self._remove_member(member, None, "")
         effects.append(Event("group.member.expired", {"member_id": member_id}))
         effects += self._after_removal(Trigger.SESSION_EXPIRED, now_ms)
@@ -701,9 +720,10 @@ class Group:
         if member.group_instance_id and self.instances.get(member.group_instance_id) == member.member_id:
             del self.instances[member.group_instance_id]
         effects: list = [CancelTimer(self._key(TimerKind.SESSION, member.member_id))]
-        if member.join_call is not None and reply_error is not None:
-            effects.append(Reply(member.join_call, JoinGroupResponse(reply_error, message)))
-            member.join_call = None
+        member.session_armed = False
+        call = self._unpark(member)
+        if call is not None and reply_error is not None:
+            effects.append(Reply(call, JoinGroupResponse(reply_error, message)))
         return effects
 
     def _after_removal(self, trigger: str, now_ms: int) -> list:
@@ -721,9 +741,10 @@ class Group:
         effects: list = []
         for member in sorted(self.members.values(), key=lambda m: m.member_id):
             effects.append(CancelTimer(self._key(TimerKind.SESSION, member.member_id)))
-            if member.join_call is not None:
-                effects.append(Reply(member.join_call, JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining")))
-                member.join_call = None
+            member.session_armed = False
+            call = self._unpark(member)
+            if call is not None:
+                effects.append(Reply(call, JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining")))
         effects += [CancelTimer(self._key(TimerKind.JOIN)), CancelTimer(self._key(TimerKind.PROBE))]
         self._transition(GroupState.DEAD)
         return Outcome(effects=effects)

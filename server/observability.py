@@ -82,13 +82,12 @@ class Telemetry:
             m.probes_scheduled.labels(group_id, fields["reason"]).inc()
         elif name == "group.probe.fired":
             m.probes_fired.labels(group_id, fields["reason"]).inc()
+        if name in _DEBUG_EVENTS:
+            log.debug(name, **{"group_id": group_id, "generation": generation, **fields})
+            return
         m.generation.labels(group_id).set(generation)
         m.members.labels(group_id).set(members)
-        bound = log.bind(group_id=group_id, generation=generation)
-        if name in _DEBUG_EVENTS:
-            bound.debug(name, **fields)
-        else:
-            bound.info(name, **fields)
+        log.info(name, **{"group_id": group_id, "generation": generation, **fields})
 
 
 class RebalanceLog:

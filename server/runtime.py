@@ -17,7 +17,6 @@ import itertools
 import json
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
 from typing import Any
 
 import structlog
@@ -152,6 +151,7 @@ class Coordinator:
         effects: list = []
         for member in group.members.values():
             member.session_deadline_ms = now + member.session_timeout_ms
+            member.session_armed = True
             effects.append(ScheduleTimer(TimerKey(TimerKind.SESSION, group.group_id, member.member_id), member.session_deadline_ms))
         if group.next_probe_ms is not None:
             effects.append(ScheduleTimer(TimerKey(TimerKind.PROBE, group.group_id), group.next_probe_ms))
@@ -226,17 +226,21 @@ class Coordinator:
             future = asyncio.get_running_loop().create_future()
             self._calls[call_id] = future
         try:
-            async with AsyncExitStack() as locks:
+            member_key = (group_id, member_id)
+            if member_id:
+                await self._member_locks._enter(member_key)
+            try:
+                async with self._group_locks.acquire(group_id):
+                    group = self.groups.get(group_id)
+                    if group is None:
+                        if not create:
+                            return _unknown_group(handler)
+                        group = self.groups[group_id] = Group(group_id, self.settings)
+                    outcome = handler(group, call_id, self.clock.now_ms())
+                    writes, replies = await self._apply(group, outcome.effects)
+            finally:
                 if member_id:
-                    await locks.enter_async_context(self._member_locks.acquire((group_id, member_id)))
-                await locks.enter_async_context(self._group_locks.acquire(group_id))
-                group = self.groups.get(group_id)
-                if group is None:
-                    if not create:
-                        return _unknown_group(handler)
-                    group = self.groups[group_id] = Group(group_id, self.settings)
-                outcome = handler(group, call_id, self.clock.now_ms())
-                writes, replies = await self._apply(group, outcome.effects)
+                    self._member_locks._exit(member_key)
             if writes:
                 await asyncio.gather(*writes)
             self._deliver(replies)
