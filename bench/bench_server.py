@@ -169,15 +169,29 @@ class Member:
                                          lags=lags, config=apb.AssignmentConfig()),
         )
 
-    async def join_and_sync(self) -> None:
-        joined = await self.stub.JoinGroup(self.join_request())
-        if joined.error_code:
-            raise RuntimeError(f"JoinGroup: {joined.error_code} {joined.error_message}")
-        self.member_id, self.generation = joined.member_id, joined.generation_id
-        synced = await self.stub.SyncGroup(pb.SyncGroupRequest(group_id=self.group, member_id=self.member_id, generation_id=self.generation))
-        if synced.error_code:
-            raise RuntimeError(f"SyncGroup: {synced.error_code} {synced.error_message}")
-        self.active = [t.task for t in synced.assignment.active_tasks]
+    async def join_and_sync(self, retries: int = 0) -> None:
+        """Join then sync; during formation a late joiner may restart the rebalance, so the
+        caller may allow rejoining (REBALANCE_IN_PROGRESS). The measured round allows none."""
+        for _attempt in range(retries + 1):
+            joined = await self.stub.JoinGroup(self.join_request())
+            if joined.error_code:
+                raise RuntimeError(f"JoinGroup: {joined.error_code} {joined.error_message}")
+            self.member_id, self.generation = joined.member_id, joined.generation_id
+            synced = await self.stub.SyncGroup(pb.SyncGroupRequest(group_id=self.group, member_id=self.member_id, generation_id=self.generation))
+            if synced.error_code == 27 and _attempt < retries:
+                continue
+            if synced.error_code:
+                raise RuntimeError(f"SyncGroup: {synced.error_code} {synced.error_message}")
+            self.active = [t.task for t in synced.assignment.active_tasks]
+            return
+
+
+async def _form(members: list[Member]) -> None:
+    for _round in range(5):
+        await asyncio.gather(*(m.join_and_sync(retries=5) for m in members))
+        if len({m.generation for m in members}) == 1:
+            return
+    raise RuntimeError("formation did not converge on one generation")
 
 
 async def leader_rebalance(port: int, n: int) -> tuple[float, int]:
@@ -188,9 +202,7 @@ async def leader_rebalance(port: int, n: int) -> tuple[float, int]:
     members = [Member(stubs[i % CHANNELS], group, topology, i) for i in range(n)]
     try:
         # Form the group (the server's initial delay gathers everyone), unmeasured.
-        await asyncio.gather(*(m.join_and_sync() for m in members))
-        if len({m.generation for m in members}) != 1:
-            raise RuntimeError("formation did not converge on one generation")
+        await _form(members)
         # The measured rebalance: every member rejoins at once.
         calls = [asyncio.ensure_future(m.join_and_sync()) for m in members]
         await asyncio.sleep(0)
@@ -210,7 +222,7 @@ async def leader_heartbeat_rate(port: int, n: int, seconds: float) -> float:
     channels = _channels(port)
     stubs = [pb_grpc.GroupLeaderStub(c) for c in channels]
     members = [Member(stubs[i % CHANNELS], "bench-heartbeat", _topology(n), i) for i in range(n)]
-    await asyncio.gather(*(m.join_and_sync() for m in members))
+    await _form(members)
     done = 0
     errors = 0
     stop = time.perf_counter() + seconds
@@ -255,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     bare = _start([sys.executable, __file__, "--baseline-server", str(bare_port)], env)
     leader = _start([sys.executable, "-m", "remote_leader.cli", "serve", "--listen", f"127.0.0.1:{leader_port}",
-                     "--state-dir", state, "--metrics-port", "0", "--initial-rebalance-delay-ms", "2000",
+                     "--state-dir", state, "--metrics-port", "0", "--initial-rebalance-delay-ms", "8000",
                      "--log-level", "warning", "--max-pending-requests", str(PENDING)], env)
     rows = []
     try:
