@@ -42,6 +42,7 @@ TIER_COST = {Tier.CAUGHT_UP: 0, Tier.LAGGING: 100_000_000, Tier.UNKNOWN: 120_000
 MOVE = 100
 SUBTOPOLOGY_EXCESS = 10
 BIG_CAPACITY = 1 << 40
+EXACT_STANDBY_ARCS = 200_000  # tasks x clients up to which standby targets use every arc
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +257,10 @@ def standby_target(
             graph.arc(node, replica_node[client], caps[key, client], 0)
             graph.arc(node, replica_node[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
 
+    # Small groups get an arc from every task to every client but its active: the flow then
+    # sees every exclusion and is exact. Large groups use the hub; its rare exclusion
+    # conflicts are repaired by swaps when slots are dealt (``_SlotDealer``).
+    exact = len(group.stateful) * len(clients) <= EXACT_STANDBY_ARCS
     direct: list[tuple[int, TaskId, str]] = []
     via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
     task_nodes = graph.nodes(len(group.stateful))
@@ -264,12 +269,14 @@ def standby_target(
         key = task.subtopology
         active = actives[task]
         previous = group.prev_standby_holders.get(task, frozenset()) | {group.prev_active_owner.get(task)}
-        for client in sorted(ranking.holders[task].keys() | (previous - {None})):
+        candidates = clients if exact else sorted(ranking.holders[task].keys() | (previous - {None}))
+        for client in candidates:
             if client == active or client not in group.threads:
                 continue
             cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
             direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
-        via_hub[key].append((graph.arc(node, hub[key], per_task, costs.no_state_arc(ranking, task)), task))
+        if not exact:
+            via_hub[key].append((graph.arc(node, hub[key], per_task, costs.no_state_arc(ranking, task)), task))
     graph.supply(sink, -per_task * len(group.stateful))
     graph.solve()
 
@@ -282,7 +289,7 @@ def standby_target(
         for client in holders:
             load[client] += 1
     for key, entries in sorted(via_hub.items()):
-        dealer = _SlotDealer({client: graph.flow(hub_arc[key, client]) for client in clients}, group, load)
+        dealer = _SlotDealer({client: graph.flow(hub_arc[key, client]) for client in clients}, group, load, ranking)
         for arc, task in entries:
             for _ in range(graph.flow(arc)):
                 excluded = {actives[task], *chosen[task]}
@@ -301,7 +308,8 @@ class _SlotDealer:
     when it cannot, the least loaded allowed client takes the replica.
     """
 
-    def __init__(self, remaining: Mapping[str, int], group: Group, load: dict[str, int]) -> None:
+    def __init__(self, remaining: Mapping[str, int], group: Group, load: dict[str, int], ranking: Ranking) -> None:
+        self._ranking = ranking
         self._remaining = dict(remaining)
         self._heap = [(-left, client) for client, left in self._remaining.items() if left]
         heapq.heapify(self._heap)
@@ -340,14 +348,19 @@ class _SlotDealer:
             self._remaining[slot_client] -= 1
             if self._remaining[slot_client]:
                 heapq.heappush(self._heap, (-self._remaining[slot_client], slot_client))
-            for other, holders in chosen.items():
-                if other == task or actives[other] == slot_client or slot_client in holders:
-                    continue
-                for d in holders:
-                    if d not in excluded:
-                        holders[holders.index(d)] = slot_client
-                        self._load[slot_client] += 1
-                        return d
+            # Prefer a partner already caught up on the slot's client: the swap then costs
+            # no extra restoration (and keeps the convergence argument of docs/assignor.md).
+            for want_caught_up in (True, False):
+                for other, holders in chosen.items():
+                    if other == task or actives[other] == slot_client or slot_client in holders:
+                        continue
+                    if want_caught_up and not self._ranking.caught_up(other, slot_client):
+                        continue
+                    for d in holders:
+                        if d not in excluded:
+                            holders[holders.index(d)] = slot_client
+                            self._load[slot_client] += 1
+                            return d
             break
         allowed = [c for c in self._group.clients if c not in excluded]
         fallback = min(allowed, key=lambda c: (Fraction(self._load[c] + 1, self._group.threads[c]), c))

@@ -1,0 +1,158 @@
+"""Assignor benchmarks: assign time and peak memory, and rounds to settle.
+
+    .venv/bin/python bench/bench_assignor.py            # everything (a few minutes)
+    .venv/bin/python bench/bench_assignor.py --quick    # smaller rows only
+
+Each timing row is measured in a fresh subprocess (end to end: imports excluded, building
+the domain objects excluded, one ``assign`` call included), so peak memory is the call's own
+(tracemalloc peak plus the process' RSS growth). Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TIMING_ROWS = [(10, 100, 1), (100, 2000, 1), (500, 10000, 1), (1000, 20000, 1), (1000, 20000, 2)]
+JOIN_ROWS = [(9, 100), (19, 200), (49, 1000)]
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def time_one(clients: int, tasks: int, standbys: int) -> dict:
+    """Runs inside a subprocess: one assign call on a group where 10% of clients are new."""
+    import tracemalloc
+
+    from assignor import assign
+    from assignor.model import AssignmentConfig
+    from bench.workloads import settled_then_joined
+
+    specs, members = settled_then_joined(clients, tasks, standbys)
+    config = AssignmentConfig(num_standby_replicas=standbys)
+    assign(specs[:10], members[:2], config)  # warm the imports and the solver
+    rss_before = _rss_kb()
+    tracemalloc.start()
+    started = time.perf_counter()
+    result = assign(specs, members, config)
+    elapsed = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {
+        "seconds": elapsed,
+        "python_peak_mb": peak / 2**20,
+        "rss_growth_mb": max(0, _rss_kb() - rss_before) / 1024,
+        "warmups": sum(len(a.warmup) for a in result.clients.values()),
+        "probing": result.probing_rebalance_needed,
+    }
+
+
+def timing_table(rows) -> None:
+    print("| clients | tasks | standbys | assign s | Python peak MB | RSS growth MB | warm-ups | probing |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for clients, tasks, standbys in rows:
+        output = subprocess.run(
+            [sys.executable, __file__, "--time-one", f"{clients},{tasks},{standbys}"],
+            check=True, capture_output=True, text=True, cwd=ROOT,
+        ).stdout
+        row = json.loads(output.strip().splitlines()[-1])
+        print(f"| {clients} | {tasks} | {standbys} | {row['seconds']:.2f} | {row['python_peak_mb']:.0f} | "
+              f"{row['rss_growth_mb']:.0f} | {row['warmups']} | {row['probing']} |", flush=True)
+
+
+def join_settled_group(old_clients: int, task_count: int) -> dict:
+    """One fresh instance joins a settled group; count probing rebalances and relocations."""
+    from assignor.model import AssignmentConfig, ClientState
+    from bench.workloads import tasks_of
+    from tests.assignor.convergence import settle
+
+    specs = tasks_of(task_count, subtopologies=10, stateful_share=0.8)
+    config = AssignmentConfig(num_standby_replicas=1, max_warmup_replicas=2)
+    members = [ClientState(id=f"c{i:03d}") for i in range(old_clients)]
+    _, members = settle(specs, members, config, max_rounds=10_000)
+    before = {t: c.id for c in members for t in c.prev_active}
+    members = members + [ClientState(id="joiner")]
+    results, members = settle(specs, members, config, max_rounds=10_000)
+    after = {t: c.id for c in members for t in c.prev_active}
+    stateful = {s.id for s in specs if s.stateful}
+    relocated = sum(1 for t in stateful if before[t] != after[t])
+    joiner_actives = sum(1 for t in stateful if after[t] == "joiner")
+    return {
+        "probing_rebalances": len(results) - 1,
+        "relocated": relocated,
+        "stateful": len(stateful),
+        "joiner_stateful_actives": joiner_actives,
+        "settled": not results[-1].probing_rebalance_needed,
+    }
+
+
+def join_table() -> None:
+    print("| group | tasks | probing rebalances until settled | stateful actives relocated | "
+          "moved to the new instance | Kafka (measured): probing, relocated |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    kafka = {9: "66, 71 of 80", 19: "147, 141 of 160", 49: "765, 751 of 800"}
+    for old, tasks in JOIN_ROWS:
+        row = join_settled_group(old, tasks)
+        print(f"| {old} → {old + 1} | {tasks} | {row['probing_rebalances']} | {row['relocated']} of "
+              f"{row['stateful']} | {row['joiner_stateful_actives']} | {kafka[old]} |", flush=True)
+
+
+def random_scaling_rounds(scenarios: int) -> None:
+    from tests.assignor.convergence import settle, settle_bound
+    from tests.assignor.test_convergence import _random_group, _scaling_event
+
+    rounds = []
+    worst_ratio = 0.0
+    for seed in range(scenarios):
+        rng = random.Random(seed)
+        tasks, clients, config = _random_group(rng)
+        _, clients = settle(tasks, clients, config, max_rounds=10_000)
+        _, clients = _scaling_event(rng, clients, 0)
+        bound = settle_bound(tasks, clients, config)
+        results, _ = settle(tasks, clients, config, max_rounds=10_000)
+        rounds.append(len(results))
+        worst_ratio = max(worst_ratio, len(results) / bound)
+    rounds.sort()
+    p90 = rounds[math.ceil(0.9 * len(rounds)) - 1]
+    print(f"| {scenarios} seeded scaling events | rounds to settle: mean {statistics.mean(rounds):.2f}, "
+          f"p90 {p90}, max {rounds[-1]} | worst rounds / bound {worst_ratio:.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--time-one")
+    args = parser.parse_args()
+    if args.time_one:
+        clients, tasks, standbys = map(int, args.time_one.split(","))
+        print(json.dumps(time_one(clients, tasks, standbys)))
+        return
+    print(f"# assignor benchmark ({os.cpu_count()} cores, Python {sys.version.split()[0]})\n")
+    timing_table(TIMING_ROWS[:3] if args.quick else TIMING_ROWS)
+    print()
+    join_table()
+    print()
+    random_scaling_rounds(40 if args.quick else 200)
+
+
+if __name__ == "__main__":
+    _ = replace, MappingProxyType
+    main()

@@ -1,0 +1,90 @@
+"""Convergence under seeded random scaling events, in the manner of Kafka's
+TaskAssignorConvergenceTest: after each event (clients added, removed, restarted with or
+without their state), re-run the assignor, letting everything it assigned catch up between
+runs, until no probing rebalance is needed. It must settle within ``settle_bound`` rounds
+(docs/assignor.md, "Convergence"), balanced, breaking no rule on the way, and then stay put.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+
+from assignor import assign
+from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec
+from tests.assignor.convergence import caught_up_clients, settle, settle_bound
+from tests.assignor.invariants import broken_rules
+
+
+def _random_group(rng: random.Random) -> tuple[list[TaskSpec], list[ClientState], AssignmentConfig]:
+    tasks = []
+    for subtopology in range(rng.randint(1, 5)):
+        stateful = rng.random() < 0.7
+        for partition in range(rng.randint(1, 24)):
+            tasks.append(TaskSpec(TaskId(subtopology, partition), stateful, 1_000_000 if stateful else None))
+    equal_threads = rng.random() < 0.5
+    clients = [_new_client(rng, f"c{i:03d}", equal_threads) for i in range(rng.randint(1, 8))]
+    config = AssignmentConfig(
+        assignor=rng.choice(["high_availability", "high_availability", "sticky"]),
+        num_standby_replicas=rng.randint(0, 2),
+        max_warmup_replicas=rng.randint(1, 3),
+    )
+    return tasks, clients, config
+
+
+def _new_client(rng: random.Random, client_id: str, equal_threads: bool) -> ClientState:
+    return ClientState(id=client_id, threads=2 if equal_threads else rng.randint(1, 4))
+
+
+def _scaling_event(rng: random.Random, clients: list[ClientState], serial: int) -> tuple[str, list[ClientState]]:
+    equal_threads = len({c.threads for c in clients}) == 1 and clients[0].threads == 2
+    kind = rng.choice(["add", "remove", "restart"]) if len(clients) > 1 else "add"
+    if kind == "add":
+        added = [_new_client(rng, f"n{serial:02d}-{i}", equal_threads) for i in range(rng.randint(1, 3))]
+        return kind, clients + added
+    if kind == "remove":
+        gone = set(rng.sample([c.id for c in clients], rng.randint(1, max(1, len(clients) // 2))))
+        return kind, [c for c in clients if c.id not in gone]
+    # a rolling restart of one client; half the time its disk was wiped
+    victim = rng.choice(clients)
+    wiped = rng.random() < 0.5
+    restarted = replace(victim, lags=MappingProxyType({})) if wiped else victim
+    return f"restart(wiped={wiped})", [restarted if c.id == victim.id else c for c in clients]
+
+
+def _settle_and_check(seed, tasks, clients, config, label):
+    bound = settle_bound(tasks, clients, config)
+    results, settled_clients = settle(tasks, clients, config, max_rounds=bound)
+    current = clients
+    for round_index, result in enumerate(results):
+        broken = broken_rules(tasks, current, config, result)
+        assert broken == [], f"seed={seed} {label} round {round_index}: {broken[:3]}"
+        current = caught_up_clients(tasks, current, result)
+    final = results[-1]
+    assert not final.probing_rebalance_needed, f"seed={seed} {label}: not settled within {bound} rounds"
+    again = assign(tasks, settled_clients, config)
+    assert again.clients == final.clients, f"seed={seed} {label}: a settled assignment moved"
+    return settled_clients, len(results)
+
+
+def _run(seed: int, events: int) -> None:
+    rng = random.Random(seed)
+    tasks, clients, config = _random_group(rng)
+    clients, _ = _settle_and_check(seed, tasks, clients, config, "initial")
+    for serial in range(events):
+        kind, clients = _scaling_event(rng, clients, serial)
+        clients, _ = _settle_and_check(seed, tasks, clients, config, f"event {serial} {kind}")
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_random_scaling_events_settle_balanced(seed):
+    _run(seed, events=6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(25, 525))
+def test_random_scaling_events_settle_balanced_soak(seed):
+    _run(seed, events=10)
