@@ -123,21 +123,33 @@ async def bare_barrier(port: int, n: int) -> tuple[float, int]:
             await c.close()
 
 
-async def bare_unary_rate(port: int, seconds: float) -> float:
-    channels = _channels(port)
-    done = 0
+async def _closed_loop(call, seconds: float) -> tuple[float, int]:
+    """IN_FLIGHT loops, each issuing ``await call(k)`` back to back (k counts per loop, strided
+    so that loops spread over members) for ``seconds``; returns (calls per second, failures)."""
+    done = failed = 0
     stop = time.perf_counter() + seconds
 
     async def loop(i: int) -> None:
-        nonlocal done
-        call = _bare(channels[i % CHANNELS], "Ping")
+        nonlocal done, failed
+        k = i
         while time.perf_counter() < stop:
-            await call(b"ping")
+            failed += not await call(k)
             done += 1
+            k += IN_FLIGHT
 
     started = time.perf_counter()
     await asyncio.gather(*(loop(i) for i in range(IN_FLIGHT)))
-    rate = done / (time.perf_counter() - started)
+    return done / (time.perf_counter() - started), failed
+
+
+async def bare_unary_rate(port: int, seconds: float) -> float:
+    channels = _channels(port)
+    calls = [_bare(c, "Ping") for c in channels]
+
+    async def ping(k: int) -> bool:
+        return await calls[k % CHANNELS](b"ping") == b"ping"
+
+    rate, _failed = await _closed_loop(ping, seconds)
     for c in channels:
         await c.close()
     return rate
@@ -152,8 +164,8 @@ def _topology(n: int) -> pb.Topology:
 
 
 class Member:
-    def __init__(self, stub: pb_grpc.GroupLeaderStub, group: str, topology: pb.Topology, index: int) -> None:
-        self.stub, self.group, self.topology = stub, group, topology
+    def __init__(self, stub: pb_grpc.GroupLeaderStub, group: str, topology: pb.Topology, index: int, endpoint: bool = False) -> None:
+        self.stub, self.group, self.topology, self.endpoint = stub, group, topology, endpoint
         self.process_id = str(uuid.UUID(int=index + 1))
         self.port = 20_000 + index
         self.member_id = ""
@@ -162,12 +174,14 @@ class Member:
 
     def join_request(self) -> pb.JoinGroupRequest:
         lags = pb.LagReport(task_lags=[apb.TaskLag(task=t, lag=-1) for t in self.active])
-        return pb.JoinGroupRequest(
+        request = pb.JoinGroupRequest(
             group_id=self.group, member_id=self.member_id, session_timeout_ms=120_000, rebalance_timeout_ms=120_000,
             subscription=pb.Subscription(version=2, latest_supported_version=2, process_id=self.process_id, num_threads=1,
-                                         endpoint=pb.HostInfo(host="127.0.0.1", port=self.port), topology=self.topology,
-                                         lags=lags, config=apb.AssignmentConfig()),
+                                         topology=self.topology, lags=lags, config=apb.AssignmentConfig()),
         )
+        if self.endpoint:  # an interactive-query endpoint: KIP-535 host maps for everyone
+            request.subscription.endpoint.CopyFrom(pb.HostInfo(host="127.0.0.1", port=self.port))
+        return request
 
     async def join_and_sync(self, retries: int = 0) -> None:
         """Join then sync; during formation a late joiner may restart the rebalance, so the
@@ -194,12 +208,12 @@ async def _form(members: list[Member]) -> None:
     raise RuntimeError("formation did not converge on one generation")
 
 
-async def leader_rebalance(port: int, n: int) -> tuple[float, int]:
+async def leader_rebalance(port: int, n: int, endpoints: bool = False) -> tuple[float, int]:
     channels = _channels(port)
     stubs = [pb_grpc.GroupLeaderStub(c) for c in channels]
     topology = _topology(n)
-    group = f"bench-{n}"
-    members = [Member(stubs[i % CHANNELS], group, topology, i) for i in range(n)]
+    group = f"bench-{n}{'-iq' if endpoints else ''}"
+    members = [Member(stubs[i % CHANNELS], group, topology, i, endpoints) for i in range(n)]
     try:
         # Form the group (the server's initial delay gathers everyone), unmeasured.
         await _form(members)
@@ -223,23 +237,13 @@ async def leader_heartbeat_rate(port: int, n: int, seconds: float) -> float:
     stubs = [pb_grpc.GroupLeaderStub(c) for c in channels]
     members = [Member(stubs[i % CHANNELS], "bench-heartbeat", _topology(n), i) for i in range(n)]
     await _form(members)
-    done = 0
-    errors = 0
-    stop = time.perf_counter() + seconds
 
-    async def loop(i: int) -> None:
-        nonlocal done, errors
-        k = i
-        while time.perf_counter() < stop:
-            m = members[k % n]
-            k += IN_FLIGHT
-            response = await m.stub.Heartbeat(pb.HeartbeatRequest(group_id=m.group, member_id=m.member_id, generation_id=m.generation))
-            errors += response.error_code != 0
-            done += 1
+    async def heartbeat(k: int) -> bool:
+        m = members[k % n]
+        response = await m.stub.Heartbeat(pb.HeartbeatRequest(group_id=m.group, member_id=m.member_id, generation_id=m.generation))
+        return response.error_code == 0
 
-    started = time.perf_counter()
-    await asyncio.gather(*(loop(i) for i in range(IN_FLIGHT)))
-    rate = done / (time.perf_counter() - started)
+    rate, errors = await _closed_loop(heartbeat, seconds)
     for c in channels:
         await c.close()
     if errors:
@@ -254,6 +258,8 @@ def _start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Pop
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--members", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--endpoint-members", type=int, nargs="*", default=[100, 1000],
+                        help="group sizes to measure again with IQ endpoints (every answer carries every host)")
     parser.add_argument("--heartbeat-members", type=int, default=1000)
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
     parser.add_argument("--baseline-server", type=int, help=argparse.SUPPRESS)
@@ -278,6 +284,11 @@ def main(argv: list[str] | None = None) -> int:
             took, failed = asyncio.run(leader_rebalance(leader_port, n))
             rows.append((f"rebalance latency, {n:,} members", f"{took * 1000:,.0f} ms", f"{base * 1000:,.0f} ms",
                          f"{took / base:.1f}x", f"{failed} / {base_failed}"))
+        for n in args.endpoint_members:
+            base, base_failed = asyncio.run(bare_barrier(bare_port, n))
+            took, failed = asyncio.run(leader_rebalance(leader_port, n, endpoints=True))
+            rows.append((f"rebalance latency, {n:,} members with IQ endpoints", f"{took * 1000:,.0f} ms",
+                         f"{base * 1000:,.0f} ms", f"{took / base:.1f}x", f"{failed} / {base_failed}"))
         base_rate = asyncio.run(bare_unary_rate(bare_port, args.heartbeat_seconds))
         rate = asyncio.run(leader_heartbeat_rate(leader_port, args.heartbeat_members, args.heartbeat_seconds))
         rows.append((f"heartbeats/s, {args.heartbeat_members:,} members", f"{rate:,.0f}/s", f"{base_rate:,.0f}/s",
