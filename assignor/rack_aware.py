@@ -18,6 +18,7 @@ traffic is optimised too, but the report is made before standbys exist).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -142,6 +143,8 @@ def placement_problem(
         non_overlap_cost=costs[1],
         keys=keys,
         caps=caps,
+        task_ids=np.array([(t.subtopology << 32) | t.partition for t in tasks], dtype=np.uint64),
+        client_ids=np.array([zlib.crc32(c.encode()) for c in group.clients], dtype=np.uint64),
     )
 
 

@@ -39,6 +39,7 @@ import numpy as np
 from assignor.flow import FlowGraph
 
 BIG = 1 << 40
+PERTURBATION = 16  # range of the last, per-(task class, rack) tie-break
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +61,18 @@ class PlacementProblem:
     non_overlap_cost: int
     keys: np.ndarray | None = None  # (tasks,) int64
     caps: np.ndarray | None = None  # (keys, clients) int64
+    task_ids: np.ndarray | None = None  # (tasks,) uint64, stable ids for rendezvous dealing
+    client_ids: np.ndarray | None = None  # (clients,) uint64
+
+    @property
+    def miss_scale(self) -> int:
+        """Weight of one target miss: above every sum of ``PERTURBATION`` terms."""
+        return len(self.target) * PERTURBATION + 1
 
     @property
     def tie_scale(self) -> int:
-        return len(self.target) + 1
+        """Weight of one unit of KIP-925 cost: above every sum of lower terms."""
+        return (len(self.target) + 1) * self.miss_scale
 
     def kip_cost(self, assignment: np.ndarray) -> int:
         """KIP-925 4.B.III's cost of an assignment (no tie-break)."""
@@ -74,7 +83,8 @@ class PlacementProblem:
 
     def cost(self, assignment: np.ndarray) -> int:
         """The solver's objective: KIP cost, then overlap with the target as a tie-break."""
-        return self.tie_scale * self.kip_cost(assignment) + int(np.count_nonzero(assignment != self.target))
+        misses = int(np.count_nonzero(assignment != self.target))
+        return self.tie_scale * self.kip_cost(assignment) + self.miss_scale * misses
 
     def cost_matrix(self) -> np.ndarray:
         """Every (task, client) price: what the full formulation needs, tasks x clients."""
@@ -82,7 +92,7 @@ class PlacementProblem:
         clients = np.arange(len(self.client_rack))
         kip = self.traffic_cost * self.cross[:, self.client_rack]
         kip = kip + self.non_overlap_cost * (clients[None, :] != self.anchor[:, None])
-        return self.tie_scale * kip + (clients[None, :] != self.target[:, None]) if tasks else kip
+        return self.tie_scale * kip + self.miss_scale * (clients[None, :] != self.target[:, None]) if tasks else kip
 
 
 def solve_compressed(problem: PlacementProblem) -> np.ndarray:
@@ -115,7 +125,8 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     graph.supply(sink, -tasks)
 
     # Rack arcs: the price of any client of the rack that is neither target nor anchor.
-    generic = scale * (problem.traffic_cost * cross + problem.non_overlap_cost) + 1
+    generic = scale * (problem.traffic_cost * cross + problem.non_overlap_cost) + problem.miss_scale
+    generic = generic + _perturbation(classes, racks)
     rack_arcs = graph.arcs(np.repeat(class_nodes, racks), key_rack[class_key].ravel(), np.repeat(sizes, racks),
                            generic.ravel())
     # Direct arcs to the target and, if another client, the anchor, at their exact price.
@@ -154,16 +165,31 @@ def _price(problem: PlacementProblem, cross: np.ndarray, target: np.ndarray, anc
     """Exact solver price of rows (cross counts, target, anchor) on the given clients."""
     kip = problem.traffic_cost * cross[np.arange(len(client)), problem.client_rack[client]]
     kip = kip + problem.non_overlap_cost * (client != anchor)
-    return problem.tie_scale * kip + (client != target)
+    return problem.tie_scale * kip + problem.miss_scale * (client != target)
+
+
+def _perturbation(classes: np.ndarray, racks: int) -> np.ndarray:
+    """A fixed pseudo-random price in [0, PERTURBATION) per (task class, rack).
+
+    The last tie-break: among placements equal in KIP cost and target overlap, it makes the
+    optimum unique (almost always), so a changed price of one task changes the optimum by one
+    cycle through that task, not by re-resolving unrelated ties (KIP-925 4.B.III's aim).
+    """
+    row_hash = np.zeros(len(classes), dtype=np.uint64)
+    for column in classes.T:
+        row_hash = _mix(row_hash * np.uint64(31) + column.astype(np.uint64))
+    values = _mix(row_hash[:, None] ^ (np.arange(racks, dtype=np.uint64)[None, :] + np.uint64(1)))
+    return (values % np.uint64(PERTURBATION)).astype(np.int64)
 
 
 def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slots_left: np.ndarray,
           assignment: np.ndarray) -> None:
     """Turn the rack-level flow into clients: any pairing is optimal (module docstring).
 
-    Deterministic: a task whose target (then anchor) has a slot of its rack node left goes
-    there (it then costs less than the flow says); the others take the remaining slots of
-    their rack node in turns over the clients, in task order.
+    A task whose target (then anchor) has a slot of its rack node left goes there (it then
+    costs less than the flow says). The others, in task order, take the free slot of the
+    client they rank highest by rendezvous hashing of (task, client) ids: unlike dealing in
+    turns, one task more or less displaces few others, so a small change moves few tasks.
     """
     waiting: dict[tuple[int, int], list[int]] = {}
     for task in np.flatnonzero(via_rack >= 0).tolist():
@@ -178,21 +204,29 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
                 break
         if not placed:
             waiting.setdefault((key, rack), []).append(task)
+    task_ids = problem.task_ids if problem.task_ids is not None else np.arange(len(keys), dtype=np.uint64)
+    client_ids = problem.client_ids if problem.client_ids is not None else np.arange(len(problem.client_rack),
+                                                                                      dtype=np.uint64)
     for (key, rack), tasks in sorted(waiting.items()):
-        members = np.flatnonzero(problem.client_rack == rack)
-        turn = [int(c) for c in members if slots_left[key, c] > 0]
-        dealt = 0
-        while dealt < len(tasks):
-            next_turn = []
-            for client in turn:
-                if dealt == len(tasks):
+        members = np.flatnonzero((problem.client_rack == rack) & (slots_left[key] > 0))
+        order = np.argsort(-_mix(task_ids[tasks][:, None] * np.uint64(0x9E3779B97F4A7C15)
+                                 ^ client_ids[members][None, :]), axis=1, kind="stable")
+        free = slots_left[key]
+        for task, preference in zip(tasks, order.tolist(), strict=True):
+            for position in preference:
+                client = int(members[position])
+                if free[client] > 0:
+                    free[client] -= 1
+                    assignment[task] = client
                     break
-                assignment[tasks[dealt]] = client
-                dealt += 1
-                slots_left[key, client] -= 1
-                if slots_left[key, client] > 0:
-                    next_turn.append(client)
-            turn = next_turn
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a fixed, well-spread hash (no per-process salt, unlike ``hash``)."""
+    values = values.astype(np.uint64)
+    values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return (values ^ (values >> np.uint64(31))) >> np.uint64(1)
 
 
 def solve_full(problem: PlacementProblem) -> np.ndarray:

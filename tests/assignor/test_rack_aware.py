@@ -1,0 +1,290 @@
+"""KIP-925 rack awareness and KIP-708 tags through the assignors: tables, then invariants.
+
+Cross-rack counts, caps and spreads are recomputed here from the inputs and outputs alone.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assignor import assign
+from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
+from assignor.rack_aware import optimize_actives, optimize_standbys
+from assignor.ranking import rank_clients
+from assignor.target import CostModel, Group, active_target, standby_target
+from tests.assignor.convergence import caught_up_clients
+from tests.assignor.invariants import broken_rules
+from tests.assignor.strategies import configs, groups
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+STRATEGIES = st.sampled_from(["min_traffic", "balance_subtopology"])
+
+
+def _tp(topic: str, partition: int, *racks: str) -> TopicPartition:
+    return TopicPartition(topic, partition, frozenset(racks))
+
+
+def _cross(specs, clients, task: TaskId, client_id: str) -> int:
+    rack = {c.id: c.rack for c in clients}[client_id]
+    spec = next(s for s in specs if s.id == task)
+    return sum(1 for tp in spec.partitions if rack not in tp.racks)
+
+
+def _active_cross(specs, clients, actives) -> int:
+    return sum(_cross(specs, clients, task, client) for task, client in actives.items())
+
+
+# --- stand-down table (KIP-925 section 6) --------------------------------------------------
+
+RACKED = [ClientState("a", rack="r1"), ClientState("b", rack="r2")]
+SPLIT = [TaskSpec(TaskId(0, 0), False, partitions=(_tp("t", 0, "r1"),)),
+         TaskSpec(TaskId(0, 1), False, partitions=(_tp("t", 1, "r2"),))]
+
+
+@pytest.mark.parametrize(
+    ("tasks", "clients", "strategy", "reason"),
+    [
+        pytest.param(SPLIT, RACKED, "none", "strategy is none", id="strategy-none"),
+        pytest.param(SPLIT, [RACKED[0], ClientState("b")], "min_traffic", "client b has no rack",
+                     id="client-without-rack"),
+        pytest.param([SPLIT[0], TaskSpec(TaskId(0, 1), False, partitions=(_tp("t", 1),))], RACKED, "min_traffic",
+                     "input partition t-1 of task 0_1 lists no racks", id="partition-without-racks"),
+        pytest.param([TaskSpec(TaskId(0, 0), False, partitions=(_tp("t", 0, "r1", "r2"),))], RACKED,
+                     "balance_subtopology", "no placement changes any cross-rack cost", id="replicated-everywhere"),
+        pytest.param(SPLIT, [ClientState("a", rack="r3"), ClientState("b", rack="r3")], "min_traffic",
+                     "no placement changes any cross-rack cost", id="no-client-rack-holds-replicas"),
+    ],
+)
+def test_rack_awareness_stands_down_with_a_reason(tasks, clients, strategy, reason):
+    result = assign(tasks, clients, AssignmentConfig(rack_aware_strategy=strategy))
+    assert not result.rack_awareness.enabled
+    assert result.rack_awareness.disabled_reason == reason
+
+
+def test_report_counts_active_cross_rack_partitions_before_and_after():
+    # The balanced target puts 0_0 on a and 0_1 on b; traffic wants them swapped.
+    tasks = [TaskSpec(TaskId(0, 0), False, partitions=(_tp("t", 0, "r2"),)),
+             TaskSpec(TaskId(0, 1), False, partitions=(_tp("t", 1, "r1"),))]
+    result = assign(tasks, RACKED, AssignmentConfig(rack_aware_strategy="min_traffic"))
+    report = result.rack_awareness
+    assert (report.enabled, report.cross_rack_before, report.cross_rack_after) == (True, 2, 0)
+    assert result.clients["a"].active == (TaskId(0, 1),)
+
+
+# --- standbys: spread first, then traffic (KIP-925 C, KIP-708) ------------------------------
+
+def _standby_case(clients, specs, actives, standbys, **config):
+    group = Group.of(specs, clients)
+    return optimize_standbys(group, actives, standbys, AssignmentConfig(num_standby_replicas=1, **config))
+
+
+def test_standby_leaves_the_active_rack_by_a_swap():
+    # a, b in r1; c, d in r2. 0_0 active on a with its standby on b (same rack); 0_1 active on c,
+    # standby on d (same rack). Swapping the standbys puts each in the other rack.
+    clients = [ClientState("a", rack="r1"), ClientState("b", rack="r1"),
+               ClientState("c", rack="r2"), ClientState("d", rack="r2")]
+    specs = [TaskSpec(TaskId(0, p), True, 100, (_tp("t", p, "r1", "r2"),)) for p in range(2)]
+    out = _standby_case(clients, specs, {TaskId(0, 0): "a", TaskId(0, 1): "c"},
+                        {TaskId(0, 0): ("b",), TaskId(0, 1): ("d",)}, rack_aware_strategy="min_traffic")
+    assert out == {TaskId(0, 0): ("d",), TaskId(0, 1): ("b",)}
+
+
+def test_tags_spread_standbys_and_a_key_with_too_few_values_is_relaxed():
+    # zone has 3 values, cluster only 1: standbys of 0_0 go to other zones; cluster cannot differ.
+    clients = [ClientState(f"c{i}", tags=MappingProxyType({"zone": f"z{i % 3}", "cluster": "k"})) for i in range(6)]
+    specs = [TaskSpec(TaskId(0, p), True, 100) for p in range(3)]
+    actives = {TaskId(0, 0): "c0", TaskId(0, 1): "c1", TaskId(0, 2): "c2"}
+    standbys = {TaskId(0, 0): ("c3", "c4"), TaskId(0, 1): ("c4", "c5"), TaskId(0, 2): ("c3", "c5")}
+    group = Group.of(specs, clients)
+    config = AssignmentConfig(num_standby_replicas=2, rack_aware_assignment_tags=("zone", "cluster"))
+    out = optimize_standbys(group, actives, standbys, config)
+    zone = {c.id: c.tags["zone"] for c in clients}
+    for task, holders in out.items():
+        assert len({zone[actives[task]], *(zone[h] for h in holders)}) == 3, (task, holders)
+    assert Counter(h for hs in out.values() for h in hs) == Counter(h for hs in standbys.values() for h in hs)
+
+
+def test_traffic_swap_between_racks():
+    # Standbys are already in another rack than their actives; a swap puts each next to its input.
+    clients = [ClientState("a", rack="r1"), ClientState("b", rack="r2"), ClientState("c", rack="r3"),
+               ClientState("d", rack="r3")]
+    specs = [TaskSpec(TaskId(0, 0), True, 100, (_tp("t", 0, "r1"),)),
+             TaskSpec(TaskId(0, 1), True, 100, (_tp("t", 1, "r2"),))]
+    out = _standby_case(clients, specs, {TaskId(0, 0): "c", TaskId(0, 1): "d"},
+                        {TaskId(0, 0): ("b",), TaskId(0, 1): ("a",)}, rack_aware_strategy="min_traffic")
+    assert out == {TaskId(0, 0): ("a",), TaskId(0, 1): ("b",)}
+
+
+# --- invariants on random groups --------------------------------------------------------------
+
+@st.composite
+def racked_groups(draw, max_clients: int = 20, max_tasks: int = 150):
+    """A random group of ``strategies.groups`` given racks on clients and on input partitions."""
+    specs, clients = draw(groups(max_clients=max_clients, max_tasks=max_tasks))
+    rack_count = draw(st.integers(2, 4))
+    racks = [f"r{i}" for i in range(rack_count)]
+    rng = draw(st.randoms(use_true_random=False))
+    specs = [replace(s, partitions=tuple(_tp(f"in{s.id.subtopology}-{k}", s.id.partition,
+                                            *rng.sample(racks, rng.randint(1, rack_count - 1)))
+                                        for k in range(rng.randint(1, 2)))) for s in specs]
+    clients = [replace(c, rack=rng.choice(racks)) for c in clients]
+    return specs, clients
+
+
+def _target(specs, clients, config):
+    group = Group.of(specs, clients)
+    ranking = rank_clients(specs, clients, config.acceptable_recovery_lag)
+    costs = CostModel(lag_aware=config.assignor == "high_availability")
+    return group, ranking, costs, active_target(group, ranking, costs)
+
+
+@SETTINGS
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES)
+def test_high_availability_rules_hold_with_rack_awareness(group, config, strategy):
+    tasks, clients = group
+    config = replace(config, rack_aware_strategy=strategy)
+    assert broken_rules(tasks, clients, config, assign(tasks, clients, config)) == []
+
+
+@SETTINGS
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES)
+def test_never_more_cross_rack_traffic_than_none_and_counts_kept(group, config, strategy):
+    specs, clients = group
+    config = replace(config, rack_aware_strategy=strategy)
+    graph, _, _, target = _target(specs, clients, config)
+    optimized, report = optimize_actives(graph, target, config)
+    assert set(optimized) == set(target)
+    assert _active_cross(specs, clients, optimized) <= _active_cross(specs, clients, target)
+    stateful = {s.id for s in specs if s.stateful}
+    for kind in (stateful, {s.id for s in specs} - stateful):
+        assert (Counter(c for t, c in optimized.items() if t in kind)
+                == Counter(c for t, c in target.items() if t in kind))
+    if report.enabled:
+        assert report.cross_rack_after == _active_cross(specs, clients, optimized)
+        assert report.cross_rack_before == _active_cross(specs, clients, target)
+
+
+@SETTINGS
+@given(group=racked_groups(), config=configs())
+def test_balance_subtopology_caps_hold(group, config):
+    specs, clients = group
+    config = replace(config, rack_aware_strategy="balance_subtopology")
+    graph, _, _, target = _target(specs, clients, config)
+    optimized, report = optimize_actives(graph, target, config)
+    if not report.enabled:
+        return
+    stateful = {s.id: s.stateful for s in specs}
+    for kind in (True, False):
+        tasks = [t for t in optimized if stateful[t] == kind]
+        slots = Counter(optimized[t] for t in tasks)
+        sizes = Counter(t.subtopology for t in tasks)
+        held = Counter((t.subtopology, optimized[t]) for t in tasks)
+        for (subtopology, client), count in held.items():
+            assert count <= math.ceil(sizes[subtopology] * slots[client] / len(tasks))
+
+
+@SETTINGS
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES, data=st.data())
+def test_one_partition_changing_racks_moves_few_tasks(group, config, strategy, data):
+    """KIP-925 4.B.III: the non-overlap cost keeps the rest of the assignment in place.
+
+    As in a running group, the previous (rack-optimised) assignment is the next balanced
+    target. A changed price of one task changes the optimum by one alternating cycle through
+    it (any other difference would be a tie, and ties go to the target): at most one move per
+    rack, plus the changed task.
+    """
+    specs, clients = group
+    config = replace(config, rack_aware_strategy=strategy)
+    graph, _, _, target = _target(specs, clients, config)
+    before, report = optimize_actives(graph, target, config)
+    if not report.enabled:
+        return
+    index = data.draw(st.integers(0, len(specs) - 1))
+    racks = sorted({c.rack for c in clients})
+    new_racks = data.draw(st.sets(st.sampled_from(racks), min_size=1))
+    spec = specs[index]
+    changed = replace(spec, partitions=(replace(spec.partitions[0], racks=frozenset(new_racks)),
+                                        *spec.partitions[1:]))
+    specs2 = [*specs[:index], changed, *specs[index + 1:]]
+    after, _ = optimize_actives(Group.of(specs2, clients), before, config)
+    moved = sum(1 for t in before if before[t] != after[t])
+    assert moved <= len(racks) + 1, (moved, len(specs))
+
+
+@SETTINGS
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES)
+def test_rack_steps_are_idempotent(group, config, strategy):
+    """Fed their own output as the target, both steps return it unchanged (convergence)."""
+    specs, clients = group
+    config = replace(config, rack_aware_strategy=strategy, num_standby_replicas=max(1, config.num_standby_replicas))
+    graph, ranking, costs, target = _target(specs, clients, config)
+    actives, _ = optimize_actives(graph, target, config)
+    assert optimize_actives(graph, actives, config)[0] == actives
+    standbys = optimize_standbys(graph, actives, standby_target(graph, ranking, costs, actives,
+                                                                config.num_standby_replicas), config)
+    assert optimize_standbys(graph, actives, standbys, config) == standbys
+
+
+def _spread(holders, active, location) -> tuple[int, int]:
+    """(standbys sharing the active's location, repeated locations among all replicas)."""
+    locations = [location[c] for c in holders]
+    return sum(1 for x in locations if x == location[active]), len(holders) + 1 - len({location[active], *locations})
+
+
+@SETTINGS
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES)
+def test_standby_swaps_keep_counts_and_never_worsen_spread(group, config, strategy):
+    specs, clients = group
+    config = replace(config, rack_aware_strategy=strategy, num_standby_replicas=max(1, config.num_standby_replicas))
+    graph, ranking, costs, target = _target(specs, clients, config)
+    actives, _ = optimize_actives(graph, target, config)
+    planned = standby_target(graph, ranking, costs, actives, config.num_standby_replicas)
+    out = optimize_standbys(graph, actives, planned, config)
+    assert Counter(c for hs in out.values() for c in hs) == Counter(c for hs in planned.values() for c in hs)
+    rack = {c.id: c.rack for c in clients}
+    same_before = same_after = 0
+    for task, holders in out.items():
+        assert len(set(holders)) == len(holders) == len(planned[task])
+        assert actives[task] not in holders
+        same_before += _spread(planned[task], actives[task], rack)[0]
+        same_after += _spread(holders, actives[task], rack)[0]
+    assert same_after <= same_before
+
+
+@SETTINGS
+@given(group=racked_groups(max_clients=12, max_tasks=80), config=configs(), strategy=STRATEGIES,
+       seed=st.integers(0, 2**32))
+def test_same_output_for_any_input_order(group, config, strategy, seed):
+    tasks, clients = group
+    config = replace(config, rack_aware_strategy=strategy)
+    rng = random.Random(seed)
+    shuffled_tasks, shuffled_clients = list(tasks), list(clients)
+    rng.shuffle(shuffled_tasks)
+    rng.shuffle(shuffled_clients)
+    assert assign(shuffled_tasks, shuffled_clients, config) == assign(tasks, clients, config)
+
+
+@SETTINGS
+@given(group=racked_groups(max_clients=12, max_tasks=80), config=configs(), strategy=STRATEGIES)
+def test_settles_then_returns_its_input_unchanged(group, config, strategy):
+    """Re-run with every assigned replica caught up: probing stops, then nothing moves."""
+    tasks, clients = group
+    config = replace(config, rack_aware_strategy=strategy)
+    result = assign(tasks, clients, config)
+    for _ in range(60):
+        if not result.probing_rebalance_needed:
+            break
+        clients = caught_up_clients(tasks, clients, result)
+        result = assign(tasks, clients, config)
+    assert not result.probing_rebalance_needed
+    again = assign(tasks, caught_up_clients(tasks, clients, result), config)
+    assert again.clients == result.clients
+    assert not again.probing_rebalance_needed
