@@ -55,3 +55,15 @@ def run_analyze(args: argparse.Namespace) -> int:
         spark.stop()
     print(json.dumps({"out": str(args.out), **data["counts"]}))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``spark-submit pipeline/cli.py simulate|analyze ...`` (or ``python -m pipeline.cli``)."""
+    parser = argparse.ArgumentParser(prog="pipeline", description="remote-leader's Spark pipeline")
+    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
