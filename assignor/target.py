@@ -43,6 +43,7 @@ MOVE = 100
 SUBTOPOLOGY_EXCESS = 10
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 200_000  # tasks x clients up to which standby targets use every arc
+ALL_CLIENTS = -1  # an _AllButOneHub entry that excludes nobody
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,23 +247,24 @@ def standby_target(
         counts[task.subtopology] += per_task
     caps = _subtopology_caps(counts, group.threads)
     key_client_node = {}
-    hub = {}
-    hub_arc = {}
     for key in sorted(counts):
-        hub[key] = graph.node()
         for client in clients:
             node = graph.node()
             key_client_node[key, client] = node
-            hub_arc[key, client] = graph.arc(hub[key], node, BIG_CAPACITY, 0)
             graph.arc(node, replica_node[client], caps[key, client], 0)
             graph.arc(node, replica_node[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
 
-    # Small groups get an arc from every task to every client but its active: the flow then
-    # sees every exclusion and is exact. Large groups use the hub; its rare exclusion
-    # conflicts are repaired by swaps when slots are dealt (``_SlotDealer``).
+    # Small groups get an arc from every task to every client but its active. Large groups
+    # reach clients without state through a hub per subtopology that excludes the task's
+    # active client exactly (``_AllButOneHub``); only a task needing two hub standbys can
+    # still meet a conflict, which ``_SlotDealer`` repairs by a swap.
     exact = len(group.stateful) * len(clients) <= EXACT_STANDBY_ARCS
+    hubs = {} if exact else {
+        key: _AllButOneHub(graph, [key_client_node[key, c] for c in clients]) for key in sorted(counts)
+    }
+    position = {client: index for index, client in enumerate(clients)}
     direct: list[tuple[int, TaskId, str]] = []
-    via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
+    via_hub: dict[tuple[int, str], list[tuple[int, TaskId]]] = defaultdict(list)
     task_nodes = graph.nodes(len(group.stateful))
     for node, task in zip(task_nodes, group.stateful, strict=True):
         graph.supply(node, per_task)
@@ -276,7 +278,11 @@ def standby_target(
             cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
             direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
         if not exact:
-            via_hub[key].append((graph.arc(node, hub[key], per_task, costs.no_state_arc(ranking, task)), task))
+            # One standby per task: enter at the active's exclusion point, exactly. Several:
+            # enter the whole subtopology's hub; the dealer keeps a task's standbys apart.
+            bucket = position[active] if per_task == 1 else ALL_CLIENTS
+            entry = hubs[key].entry(bucket)
+            via_hub[key, bucket].append((graph.arc(node, entry, per_task, costs.no_state_arc(ranking, task)), task))
     graph.supply(sink, -per_task * len(group.stateful))
     graph.solve()
 
@@ -288,8 +294,10 @@ def standby_target(
     for holders in chosen.values():
         for client in holders:
             load[client] += 1
-    for key, entries in sorted(via_hub.items()):
-        dealer = _SlotDealer({client: graph.flow(hub_arc[key, client]) for client in clients}, group, load, ranking)
+    slots = {key: hub.decode(graph) for key, hub in hubs.items()}
+    for (key, bucket), entries in sorted(via_hub.items()):
+        per_client = slots[key].get(bucket, {})
+        dealer = _SlotDealer({clients[i]: n for i, n in per_client.items()}, group, load, ranking)
         for arc, task in entries:
             for _ in range(graph.flow(arc)):
                 excluded = {actives[task], *chosen[task]}
@@ -298,6 +306,113 @@ def standby_target(
                     client = dealer.take_by_swap(task, excluded, chosen, actives)
                 chosen[task].append(client)
     return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+
+
+class _AllButOneHub:
+    """A hub from which flow reaches every client of a subtopology but one.
+
+    A segment tree over the clients (in order): each entry point, one per excluded client,
+    has arcs to the O(log n) tree nodes covering everyone else. A task enters at the entry
+    of its active client, so the flow itself never puts its standby there, at O(log n) arcs
+    per (subtopology, active client) rather than O(n).
+    """
+
+    def __init__(self, graph: FlowGraph, leaves: Sequence[int]) -> None:
+        self._count = len(leaves)
+        size = 1
+        while size < self._count:
+            size *= 2
+        self._size = size
+        self._node: dict[int, int] = {size + i: leaf for i, leaf in enumerate(leaves)}
+        self._child_arcs: dict[int, list[tuple[int, int]]] = {}
+        for index in range(size - 1, 0, -1):
+            children = [child for child in (2 * index, 2 * index + 1) if child in self._node]
+            if not children:
+                continue
+            self._node[index] = graph.node()
+            self._child_arcs[index] = [
+                (child, graph.arc(self._node[index], self._node[child], BIG_CAPACITY, 0)) for child in children
+            ]
+        self._graph = graph
+        self._entries: dict[int, tuple[int, list[tuple[int, int]]]] = {}
+
+    def _cover(self, low: int, high: int) -> list[int]:
+        """Tree nodes covering leaves [low, high)."""
+        nodes = []
+        low += self._size
+        high += self._size
+        while low < high:
+            if low & 1:
+                nodes.append(low)
+                low += 1
+            if high & 1:
+                high -= 1
+                nodes.append(high)
+            low //= 2
+            high //= 2
+        return nodes
+
+    def entry(self, excluded: int) -> int:
+        """The entry point that reaches every client but the ``excluded``-th (all for ALL_CLIENTS)."""
+        if excluded not in self._entries:
+            node = self._graph.node()
+            covered = (
+                self._cover(0, self._count) if excluded == ALL_CLIENTS
+                else self._cover(0, excluded) + self._cover(excluded + 1, self._count)
+            )
+            arcs = [(tree, self._graph.arc(node, self._node[tree], BIG_CAPACITY, 0)) for tree in covered]
+            self._entries[excluded] = (node, arcs)
+        return self._entries[excluded][0]
+
+    def decode(self, graph: FlowGraph) -> dict[int, dict[int, int]]:
+        """Per entry (excluded client), the units that reached each client: a flow decomposition
+        top-down the tree. Any split is valid: below the node an entry reached, every leaf is
+        allowed for it."""
+        pools: dict[int, list[list[int]]] = defaultdict(list)
+        for excluded, (_, arcs) in sorted(self._entries.items()):
+            for tree, arc in arcs:
+                amount = graph.flow(arc)
+                if amount:
+                    pools[tree].append([excluded, amount])
+        result: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for index in range(1, 2 * self._size):
+            pool = pools.pop(index, None)
+            if not pool:
+                continue
+            if index >= self._size:
+                for excluded, amount in pool:
+                    result[excluded][index - self._size] += amount
+                continue
+            needs = [graph.flow(arc) for _, arc in self._child_arcs[index]]
+            for (child, _), amounts in zip(self._child_arcs[index], _split(pool, needs), strict=True):
+                pools[child].extend([entry[0], amount] for entry, amount in zip(pool, amounts, strict=True) if amount)
+        return result
+
+
+def _split(pool: list[list[int]], needs: list[int]) -> list[list[int]]:
+    """Split each entry's units over the children in proportion to the children's flows.
+
+    Spreading every entry over both halves (rather than filling one child first) keeps one
+    task's several hub standbys apart, which the dealer would otherwise have to repair.
+    """
+    remaining = [amount for _, amount in pool]
+    shares = []
+    for position, need in enumerate(needs):
+        total = sum(remaining)
+        if position == len(needs) - 1:
+            share = list(remaining)
+        else:
+            share = [amount * need // total if total else 0 for amount in remaining]
+            short = need - sum(share)
+            for index in sorted(range(len(remaining)), key=lambda i: -(remaining[i] - share[i])):
+                if short == 0:
+                    break
+                if share[index] < remaining[index]:
+                    share[index] += 1
+                    short -= 1
+        remaining = [left - taken for left, taken in zip(remaining, share, strict=True)]
+        shares.append(share)
+    return shares
 
 
 class _SlotDealer:
