@@ -46,8 +46,9 @@ def grid(runs: int) -> Plan:
         "events": EVENTS,
         "configs": {"max_warmup_replicas": WARMUPS, "early_probe": EARLY},
     })
-    # Interleave so that any prefix holds every event and config.
-    ordered = sorted(plan.runs, key=lambda r: (r.point["rep"], r.run_id))
+    # Repetition-major, so that any prefix holds every event and config (the grid's own order
+    # within a repetition keeps the configs of one group together).
+    ordered = sorted(plan.runs, key=lambda r: r.point["rep"])
     return Plan(plan.name, tuple(ordered[:runs]), plan.skipped, plan.axes)
 
 

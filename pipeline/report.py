@@ -33,7 +33,7 @@ MAX_LINES = 8  # curves per plot: the best-ranked configs, so the plot stays rea
 
 def _png(fig: Any) -> str:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
     return f'<img alt="figure" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
 
@@ -117,51 +117,48 @@ def _top_configs(event: str, configs: Sequence[str], ranked: Mapping[tuple[str, 
 def _grid_of_axes(count: int, width: float = 5.2, height: float = 3.6) -> tuple[Any, list[Any]]:
     cols = min(2, max(1, count))
     rows = math.ceil(count / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained")
     flat = [ax for row in axes for ax in row]
     for ax in flat[count:]:
         ax.set_visible(False)
     return fig, flat
 
 
-def _convergence(curves: Sequence[Mapping[str, Any]], events: Sequence[str], ranked: Mapping) -> str:
-    if not curves:
-        return '<p class="note">no runs</p>'
+def _event_lines(rows: Sequence[Mapping[str, Any]], events: Sequence[str], ranked: Mapping, x: str, y: str,
+                 *, xlabel: str, ylabel: str, settled_share: bool) -> str:
+    """One panel per event, one line per config (the best-ranked ones): x against y."""
+    if not rows:
+        return '<p class="note">no data</p>'
     series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for row in curves:
-        series[(row["event"], row["config"])].append((row["t"], row["share"]))
+    for row in rows:
+        series[(row["event"], row["config"])].append((row[x], row[y]))
     fig, axes = _grid_of_axes(len(events))
     for ax, event in zip(axes, events, strict=False):
         configs = [c for e, c in series if e == event]
         for config in _top_configs(event, configs, ranked):
             points = sorted(series[(event, config)])
-            ax.step([max(t, 1) for t, _ in points], [s for _, s in points], where="post", label=config)
-        ax.set_xscale("log")
+            if settled_share:  # a CDF over log time
+                ax.step([max(t, 1) for t, _ in points], [v for _, v in points], where="post", label=config)
+            else:
+                ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=config)
+        if settled_share:
+            ax.set_xscale("log")
+            ax.set_ylim(-0.02, 1.02)
         ax.set_title(event)
-        ax.set_xlabel("seconds after the event")
-        ax.set_ylabel("runs settled")
-        ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=6)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=5, loc="lower right" if settled_share else "upper right")
     return _png(fig)
+
+
+def _convergence(curves: Sequence[Mapping[str, Any]], events: Sequence[str], ranked: Mapping) -> str:
+    return _event_lines(curves, events, ranked, "t", "share", xlabel="seconds after the event",
+                        ylabel="runs settled", settled_share=True)
 
 
 def _down_curves(rows: Sequence[Mapping[str, Any]], events: Sequence[str], ranked: Mapping) -> str:
-    if not rows:
-        return '<p class="note">no rebalances</p>'
-    series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for row in rows:
-        series[(row["event"], row["config"])].append((row["bucket"], row["tasks_down"]))
-    fig, axes = _grid_of_axes(len(events))
-    for ax, event in zip(axes, events, strict=False):
-        configs = [c for e, c in series if e == event]
-        for config in _top_configs(event, configs, ranked):
-            points = sorted(series[(event, config)])
-            ax.plot([t / 60 for t, _ in points], [d for _, d in points], marker=".", label=config)
-        ax.set_title(event)
-        ax.set_xlabel("minutes after the event (1-minute buckets)")
-        ax.set_ylabel("mean tasks restoring or unowned")
-        ax.legend(fontsize=6)
-    return _png(fig)
+    return _event_lines(rows, events, ranked, "bucket", "tasks_down", xlabel="minutes after the event (1-minute buckets)",
+                        ylabel="mean tasks restoring or unowned", settled_share=False)
 
 
 def _downtime_bars(configs: Sequence[Mapping[str, Any]], events: Sequence[str]) -> str:
@@ -186,7 +183,7 @@ def _heatmaps(heat: Mapping[str, Any], events: Sequence[str]) -> str:
     x, y = heat["x"], heat["y"]
     xs = sorted({c[x] for c in heat["cells"]}, key=_sort_key)
     ys = sorted({c[y] for c in heat["cells"]}, key=_sort_key)
-    fig, axes = _grid_of_axes(len(events) * 2, width=4.6, height=3.4)
+    fig, axes = _grid_of_axes(len(events) * 2, width=5.0, height=3.4)
     index = 0
     for event in events:
         cells = {(c[x], c[y]): c for c in heat["cells"] if c["event"] == event}
@@ -251,7 +248,7 @@ def _timeline(rows: Sequence[Mapping[str, Any]], metric: str, label: str) -> str
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         series[row["group_id"]].append((row["bucket_ms"] / 1000.0, row[metric] or 0.0))
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig, ax = plt.subplots(figsize=(9, 3.6), layout="constrained")
     groups = sorted(series, key=lambda g: (-len(series[g]), g))[:MAX_LINES]
     start = min(t for g in groups for t, _ in series[g])
     for group in sorted(groups):
@@ -266,7 +263,7 @@ def _timeline(rows: Sequence[Mapping[str, Any]], metric: str, label: str) -> str
 def _histogram(rows: Sequence[Mapping[str, Any]]) -> str:
     if not rows:
         return '<p class="note">no records</p>'
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig, ax = plt.subplots(figsize=(7, 3.2), layout="constrained")
     ax.bar([r["tasks_moved"] for r in rows], [r["count"] for r in rows], color="#4c72b0")
     ax.set_xlabel("active tasks moved in the rebalance")
     ax.set_ylabel("rebalances")
@@ -276,7 +273,7 @@ def _histogram(rows: Sequence[Mapping[str, Any]]) -> str:
 def _lag_bars(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str]) -> str:
     if not rows:
         return '<p class="note">no lags reported</p>'
-    fig, ax = plt.subplots(figsize=(9, 3.4))
+    fig, ax = plt.subplots(figsize=(9, 3.4), layout="constrained")
     groups = sorted(rows, key=lambda r: r["group_id"])[:MAX_LINES]
     width = 0.8 / max(1, len(groups))
     for index, row in enumerate(groups):
@@ -296,7 +293,7 @@ def _episodes(rows: Sequence[Mapping[str, Any]]) -> str:
     for row in done:
         by_group[row["group_id"]].append(row["settle_s"])
     groups = sorted(by_group)[:MAX_LINES * 2]
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(groups) + 1.5))
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(groups) + 1.5), layout="constrained")
     ax.boxplot([by_group[g] for g in groups], orientation="horizontal", tick_labels=groups)
     ax.set_xlabel("seconds from the membership change to the first rebalance needing no probe")
     return _png(fig)

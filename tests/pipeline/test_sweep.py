@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.grid import expand_grid
-from pipeline.simulation import run_rows
+from pipeline.simulation import clear_warm_start_cache, run_rows
 from pipeline.sweep import run_sweep, simulate_runs
 
 GRID = {
@@ -29,6 +29,7 @@ def test_executors_compute_the_same_runs_as_plain_python(spark, partitions):
     assert len(plan.runs) == 16
     expected = {}
     for spec in plan.runs:
+        clear_warm_start_cache()  # the expectation: every run from scratch, no cached warm start
         row, steps = run_rows(spec)
         expected[spec.run_id] = {**row, "steps": [{k: v for k, v in s.items() if k != "run_id"} | {"run_id": spec.run_id}
                                                   for s in steps]}
