@@ -128,3 +128,18 @@ def test_grid_expansion_crosses_axes_and_shares_seeds_across_configs():
     for spec in plan.runs:
         by_rep.setdefault(spec.point["rep"], set()).add(spec.seed)
     assert all(len(seeds) == 1 for seeds in by_rep.values()) and len(by_rep) == 2
+
+
+def test_commands_reject_bad_input_with_the_field_named_before_spark_starts(tmp_path, capsys):
+    from pipeline.cli import main
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("events: [scale_out:1]\nconfigs:\n  max_warmup_replicas: [0]\n")
+    assert main(["simulate", "--grid", str(grid), "--out", str(tmp_path / "out")]) == 2
+    assert "configs.max_warmup_replicas" in capsys.readouterr().err
+    grid.write_text("events: [scale_out:1\n")
+    assert main(["simulate", "--grid", str(grid), "--out", str(tmp_path / "out")]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+    assert main(["analyze", str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
