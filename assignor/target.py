@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from assignor.balance import quotas
-from assignor.flow import FlowGraph
+from assignor.flow import FlowError, FlowGraph
 from assignor.model import ClientState, TaskId, TaskSpec
 from assignor.ranking import Ranking, Tier, tier_of
 
@@ -247,24 +247,24 @@ def standby_target(
         counts[task.subtopology] += per_task
     caps = _subtopology_caps(counts, group.threads)
     key_client_node = {}
+    hub = {}
+    hub_arc = {}
     for key in sorted(counts):
+        hub[key] = graph.node()
         for client in clients:
             node = graph.node()
             key_client_node[key, client] = node
+            hub_arc[key, client] = graph.arc(hub[key], node, BIG_CAPACITY, 0)
             graph.arc(node, replica_node[client], caps[key, client], 0)
             graph.arc(node, replica_node[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
 
-    # Small groups get an arc from every task to every client but its active. Large groups
-    # reach clients without state through a hub per subtopology that excludes the task's
-    # active client exactly (``_AllButOneHub``); only a task needing two hub standbys can
-    # still meet a conflict, which ``_SlotDealer`` repairs by a swap.
+    # Small groups get an arc from every task to every client but its active: the flow sees
+    # every exclusion and is exact. Large groups reach clients without state through one hub
+    # per subtopology, and the units each client receives from it are then dealt to tasks
+    # (``_deal_hub_units``), away from each task's active client.
     exact = len(group.stateful) * len(clients) <= EXACT_STANDBY_ARCS
-    hubs = {} if exact else {
-        key: _AllButOneHub(graph, [key_client_node[key, c] for c in clients]) for key in sorted(counts)
-    }
-    position = {client: index for index, client in enumerate(clients)}
     direct: list[tuple[int, TaskId, str]] = []
-    via_hub: dict[tuple[int, str], list[tuple[int, TaskId]]] = defaultdict(list)
+    via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
     task_nodes = graph.nodes(len(group.stateful))
     for node, task in zip(task_nodes, group.stateful, strict=True):
         graph.supply(node, per_task)
@@ -278,11 +278,7 @@ def standby_target(
             cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
             direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
         if not exact:
-            # One standby per task: enter at the active's exclusion point, exactly. Several:
-            # enter the whole subtopology's hub; the dealer keeps a task's standbys apart.
-            bucket = position[active] if per_task == 1 else ALL_CLIENTS
-            entry = hubs[key].entry(bucket)
-            via_hub[key, bucket].append((graph.arc(node, entry, per_task, costs.no_state_arc(ranking, task)), task))
+            via_hub[key].append((graph.arc(node, hub[key], per_task, costs.no_state_arc(ranking, task)), task))
     graph.supply(sink, -per_task * len(group.stateful))
     graph.solve()
 
@@ -294,18 +290,56 @@ def standby_target(
     for holders in chosen.values():
         for client in holders:
             load[client] += 1
-    slots = {key: hub.decode(graph) for key, hub in hubs.items()}
-    for (key, bucket), entries in sorted(via_hub.items()):
-        per_client = slots[key].get(bucket, {})
-        dealer = _SlotDealer({clients[i]: n for i, n in per_client.items()}, group, load, ranking)
-        for arc, task in entries:
-            for _ in range(graph.flow(arc)):
-                excluded = {actives[task], *chosen[task]}
-                client = dealer.take(excluded)
-                if client is None:
-                    client = dealer.take_by_swap(task, excluded, chosen, actives)
-                chosen[task].append(client)
+    position = {client: index for index, client in enumerate(clients)}
+    for key, entries in sorted(via_hub.items()):
+        units = {client: graph.flow(hub_arc[key, client]) for client in clients}
+        hub_tasks = [(task, graph.flow(arc)) for arc, task in entries if graph.flow(arc)]
+        buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
+        if per_task == 1:
+            buckets_units: dict[int, int] = defaultdict(int)
+            for task, amount in hub_tasks:
+                buckets[actives[task]].append((task, amount))
+                buckets_units[position[actives[task]]] += amount
+            dealt = _deal_hub_units(buckets_units, {position[c]: n for c, n in units.items() if n}, len(clients))
+        else:
+            dealt = None
+        if dealt is None:  # several standbys per task, or no exact dealing exists: one pool
+            buckets = {"": hub_tasks}
+            dealt_units = {"": units}
+        else:
+            dealt_units = {
+                active: {clients[i]: n for i, n in dealt.get(position[active], {}).items()} for active in buckets
+            }
+        for bucket, tasks in sorted(buckets.items()):
+            dealer = _SlotDealer(dealt_units[bucket], group, load, ranking)
+            for task, amount in tasks:
+                for _ in range(amount):
+                    excluded = {actives[task], *chosen[task]}
+                    client = dealer.take(excluded)
+                    if client is None:
+                        client = dealer.take_by_swap(task, excluded, chosen, actives)
+                    chosen[task].append(client)
     return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+
+
+def _deal_hub_units(bucket_units: Mapping[int, int], client_units: Mapping[int, int], count: int):
+    """Which active client's tasks take which hub units: a transportation problem with one
+    forbidden pair per bucket (a task's standby never on its active), solved as a small flow
+    over ``_AllButOneHub``. None when no such dealing exists."""
+    graph = FlowGraph()
+    leaves = list(graph.nodes(count))
+    sink = graph.node()
+    for index, units in client_units.items():
+        graph.arc(leaves[index], sink, units, 0)
+    tree = _AllButOneHub(graph, leaves)
+    for bucket, units in bucket_units.items():
+        graph.supply(tree.entry(bucket), units)
+    graph.supply(sink, -sum(bucket_units.values()))
+    try:
+        graph.solve()
+    except FlowError:
+        return None
+    return tree.decode(graph)
 
 
 class _AllButOneHub:
