@@ -4,8 +4,8 @@
     .venv/bin/python bench/bench_assignor.py --quick    # smaller rows only
 
 Each timing row is measured in a fresh subprocess (end to end: imports excluded, building
-the domain objects excluded, one ``assign`` call included), so peak memory is the call's own
-(tracemalloc peak plus the process' RSS growth). Not part of the test suite.
+the domain objects excluded, one ``assign`` call included), so the peak-RSS growth is the
+call's own memory. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
-from types import MappingProxyType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,8 +38,6 @@ def _rss_kb() -> int:
 
 def time_one(clients: int, tasks: int, standbys: int) -> dict:
     """Runs inside a subprocess: one assign call on a group where 10% of clients are new."""
-    import tracemalloc
-
     from assignor import assign
     from assignor.model import AssignmentConfig
     from bench.workloads import settled_then_joined
@@ -50,15 +46,11 @@ def time_one(clients: int, tasks: int, standbys: int) -> dict:
     config = AssignmentConfig(num_standby_replicas=standbys)
     assign(specs[:10], members[:2], config)  # warm the imports and the solver
     rss_before = _rss_kb()
-    tracemalloc.start()
     started = time.perf_counter()
     result = assign(specs, members, config)
     elapsed = time.perf_counter() - started
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
     return {
         "seconds": elapsed,
-        "python_peak_mb": peak / 2**20,
         "rss_growth_mb": max(0, _rss_kb() - rss_before) / 1024,
         "warmups": sum(len(a.warmup) for a in result.clients.values()),
         "probing": result.probing_rebalance_needed,
@@ -66,16 +58,16 @@ def time_one(clients: int, tasks: int, standbys: int) -> dict:
 
 
 def timing_table(rows) -> None:
-    print("| clients | tasks | standbys | assign s | Python peak MB | RSS growth MB | warm-ups | probing |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| clients | tasks | standbys | assign s | peak RSS growth MB | warm-ups | probing |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for clients, tasks, standbys in rows:
         output = subprocess.run(
             [sys.executable, __file__, "--time-one", f"{clients},{tasks},{standbys}"],
             check=True, capture_output=True, text=True, cwd=ROOT,
         ).stdout
         row = json.loads(output.strip().splitlines()[-1])
-        print(f"| {clients} | {tasks} | {standbys} | {row['seconds']:.2f} | {row['python_peak_mb']:.0f} | "
-              f"{row['rss_growth_mb']:.0f} | {row['warmups']} | {row['probing']} |", flush=True)
+        print(f"| {clients} | {tasks} | {standbys} | {row['seconds']:.2f} | {row['rss_growth_mb']:.0f} | "
+              f"{row['warmups']} | {row['probing']} |", flush=True)
 
 
 def join_settled_group(old_clients: int, task_count: int) -> dict:
@@ -154,5 +146,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _ = replace, MappingProxyType
     main()
