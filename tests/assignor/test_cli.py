@@ -1,0 +1,140 @@
+"""``python -m assignor``: the scenario contract (docs/scenario-format.md), end to end."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from assignor.model import InvalidInput
+from assignor.scenario import parse_problem
+from tests.conftest import load_worked_scenarios
+
+VALID = {
+    "version": 1,
+    "config": {"num_standby_replicas": 1},
+    "tasks": [
+        {"id": "0_0", "stateful": True, "changelog_offsets": 50000},
+        {"id": "0_1", "stateful": True, "changelog_offsets": 50000},
+        {"id": "1_0", "stateful": False},
+    ],
+    "clients": [
+        {"id": "a", "threads": 2, "prev_active": ["0_0"], "lags": {"0_0": "latest", "0_1": 12000}},
+        {"id": "b", "threads": 1, "prev_standby": ["0_0"], "lags": {"0_0": 12000, "0_1": "unknown"}},
+    ],
+}
+
+
+def run_cli(document, *args: str) -> subprocess.CompletedProcess:
+    text = document if isinstance(document, str) else json.dumps(document)
+    return subprocess.run(
+        [sys.executable, "-m", "assignor", "-", *args], input=text, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_valid_scenario_prints_one_assignment_document():
+    completed = run_cli(VALID)
+    assert completed.returncode == 0, completed.stderr
+    output = json.loads(completed.stdout)
+    assert output["version"] == 1
+    assert set(output["clients"]) == {"a", "b"}
+    for roles in output["clients"].values():
+        assert set(roles) == {"active", "standby", "warmup"}
+    actives = sorted(t for roles in output["clients"].values() for t in roles["active"])
+    assert actives == ["0_0", "0_1", "1_0"]
+    assert isinstance(output["probing_rebalance_needed"], bool)
+
+
+def test_reads_a_file_argument_and_explains(tmp_path):
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(load_worked_scenarios()[0][1]["scenario"]))
+    completed = subprocess.run(
+        [sys.executable, "-m", "assignor", str(path), "--explain"], capture_output=True, text=True, timeout=60
+    )
+    assert completed.returncode == 0, completed.stderr
+    output = json.loads(completed.stdout)
+    assert {"reasons", "rack_awareness"} <= set(output)
+    assert any(reason["code"] == "warming_up" for reason in output["reasons"])
+
+
+def _with(path: str, value):
+    document = copy.deepcopy(VALID)
+    target = document
+    keys = path.split(".")
+    for key in keys[:-1]:
+        target = target[int(key)] if isinstance(target, list) else target[key]
+    last = keys[-1]
+    if isinstance(target, list):
+        target[int(last)] = value
+    else:
+        target[last] = value
+    return document
+
+
+INVALID = [
+    pytest.param("not json", "(document)", id="not-json"),
+    pytest.param("[]", "(document)", id="not-an-object"),
+    pytest.param(_with("version", 2), "version", id="wrong-version"),
+    pytest.param(_with("config.assignor", "greedy"), "config.assignor", id="unknown-assignor"),
+    pytest.param(_with("config.rack_aware_strategy", "closest"), "config.rack_aware_strategy", id="unknown-strategy"),
+    pytest.param(_with("config.acceptable_recovery_lag", -1), "config.acceptable_recovery_lag", id="negative-arl"),
+    pytest.param(_with("config.max_warmup_replicas", 0), "config.max_warmup_replicas", id="no-warmups"),
+    pytest.param(_with("config.probing_rebalance_interval_ms", 1000), "config.probing_rebalance_interval_ms",
+                 id="probing-too-often"),
+    pytest.param(_with("config.balance_factor", 0), "config.balance_factor", id="balance-factor-0"),
+    pytest.param(_with("config.surprise", 1), "config.surprise", id="unknown-config-key"),
+    pytest.param(_with("tasks.1.id", "0_0"), "tasks[1].id", id="duplicate-task"),
+    pytest.param(_with("tasks.0.id", "0-0"), "tasks[0].id", id="malformed-task-id"),
+    pytest.param(_with("tasks.0.changelog_offsets", -5), "tasks[0].changelog_offsets", id="negative-changelog"),
+    pytest.param(_with("clients.1.id", "a"), "clients[1].id", id="duplicate-client"),
+    pytest.param(_with("clients.0.threads", 0), "clients[0].threads", id="no-threads"),
+    pytest.param(_with("clients.0.lags", {"9_9": 1}), "clients[0].lags.9_9", id="unknown-task-in-lags"),
+    pytest.param(_with("clients.0.lags", {"0_0": -3}), "clients[0].lags.0_0", id="negative-lag"),
+    pytest.param(_with("clients.0.lags", {"0_0": 1.5}), "clients[0].lags.0_0", id="fractional-lag"),
+    pytest.param(_with("clients.1.prev_standby", ["7_0"]), "clients[1].prev_standby[0]", id="unknown-prev-task"),
+    pytest.param(_with("clients.1.prev_active", ["0_0"]), "clients[1].prev_active", id="two-prev-actives"),
+]
+
+
+@pytest.mark.parametrize(("document", "field"), INVALID)
+def test_invalid_input_exits_2_with_one_line_naming_the_field(document, field):
+    completed = run_cli(document)
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith(f"error: {field}:"), lines[0]
+
+
+def test_unreadable_file_exits_2(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "assignor", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60
+    )
+    assert completed.returncode == 2
+    assert len(completed.stderr.strip().splitlines()) == 1
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.sampled_from(["0_0", "x", "latest"]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(
+        ["version", "config", "tasks", "clients", "id", "lags", "threads", "stateful", "prev_active", "partitions",
+         "racks", "topic", "partition", "assignor", "changelog_offsets", "tags", "rack"]), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=JSON, base=st.booleans())
+def test_any_json_is_either_a_problem_or_a_named_error(document, base):
+    """Never a traceback: whatever JSON arrives, the parser builds a problem or names a field."""
+    if base and isinstance(document, dict):
+        document = {**VALID, **document}
+    try:
+        parse_problem(document)
+    except InvalidInput as error:
+        assert error.field
