@@ -145,6 +145,8 @@ def placement_problem(
         caps=caps,
         task_ids=np.array([(t.subtopology << 32) | t.partition for t in tasks], dtype=np.uint64),
         client_ids=np.array([zlib.crc32(c.encode()) for c in group.clients], dtype=np.uint64),
+        holder=np.array([client_index[min(group.prev_standby_holders[t])] if group.prev_standby_holders.get(t) else -1
+                         for t in tasks], dtype=np.int64),
     )
 
 

@@ -63,6 +63,7 @@ class PlacementProblem:
     caps: np.ndarray | None = None  # (keys, clients) int64
     task_ids: np.ndarray | None = None  # (tasks,) uint64, stable ids for rendezvous dealing
     client_ids: np.ndarray | None = None  # (clients,) uint64
+    holder: np.ndarray | None = None  # (tasks,) int64: a client already restoring the task, or -1
 
     @property
     def miss_scale(self) -> int:
@@ -72,7 +73,19 @@ class PlacementProblem:
     @property
     def tie_scale(self) -> int:
         """Weight of one unit of KIP-925 cost: above every sum of lower terms."""
-        return (len(self.target) + 1) * self.miss_scale
+        return (3 * len(self.target) + 1) * self.miss_scale
+
+    @property
+    def holders(self) -> np.ndarray:
+        return self.holder if self.holder is not None else np.full(len(self.target), -1, dtype=np.int64)
+
+    def misses(self, clients: np.ndarray) -> np.ndarray:
+        """Second level: 2 per task off its target, 1 per task off the client holding its state.
+
+        The holder term settles ties inside a rack on a client already restoring the task, so
+        that a planned warm-up is not re-planned on another client of the same rack next time.
+        """
+        return 2 * (clients != self.target) + (clients != self.holders)
 
     def kip_cost(self, assignment: np.ndarray) -> int:
         """KIP-925 4.B.III's cost of an assignment (no tie-break)."""
@@ -83,8 +96,7 @@ class PlacementProblem:
 
     def cost(self, assignment: np.ndarray) -> int:
         """The solver's objective: KIP cost, then overlap with the target as a tie-break."""
-        misses = int(np.count_nonzero(assignment != self.target))
-        return self.tie_scale * self.kip_cost(assignment) + self.miss_scale * misses
+        return self.tie_scale * self.kip_cost(assignment) + self.miss_scale * int(self.misses(assignment).sum())
 
     def cost_matrix(self) -> np.ndarray:
         """Every (task, client) price: what the full formulation needs, tasks x clients."""
@@ -92,7 +104,8 @@ class PlacementProblem:
         clients = np.arange(len(self.client_rack))
         kip = self.traffic_cost * self.cross[:, self.client_rack]
         kip = kip + self.non_overlap_cost * (clients[None, :] != self.anchor[:, None])
-        return self.tie_scale * kip + self.miss_scale * (clients[None, :] != self.target[:, None]) if tasks else kip
+        misses = 2 * (clients[None, :] != self.target[:, None]) + (clients[None, :] != self.holders[:, None])
+        return self.tie_scale * kip + self.miss_scale * misses if tasks else kip
 
 
 def solve_compressed(problem: PlacementProblem) -> np.ndarray:
@@ -106,13 +119,12 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     clients = len(problem.client_rack)
     if tasks == 0:
         return np.zeros(0, dtype=np.int64)
-    keys = problem.keys if problem.keys is not None else np.zeros(tasks, dtype=np.int64)
-    key_count = int(keys.max()) + 1
-    caps = problem.caps if problem.caps is not None else np.broadcast_to(problem.slots, (key_count, clients))
-    table = np.column_stack([problem.target, problem.anchor, keys, problem.cross])
+    keys, key_count, caps = _caps(problem)
+    table = np.column_stack([problem.target, problem.anchor, problem.holders, keys, problem.cross])
     classes, of_class, sizes = np.unique(table, axis=0, return_inverse=True, return_counts=True)
     of_class = of_class.ravel()
-    target, anchor, class_key, cross = classes[:, 0], classes[:, 1], classes[:, 2], classes[:, 3:]
+    target, anchor, holder, class_key = classes[:, 0], classes[:, 1], classes[:, 2], classes[:, 3]
+    cross = classes[:, 4:]
     count = len(classes)
     scale = problem.tie_scale
     graph = FlowGraph()
@@ -125,16 +137,19 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     graph.supply(sink, -tasks)
 
     # Rack arcs: the price of any client of the rack that is neither target nor anchor.
-    generic = scale * (problem.traffic_cost * cross + problem.non_overlap_cost) + problem.miss_scale
+    generic = scale * (problem.traffic_cost * cross + problem.non_overlap_cost) + 3 * problem.miss_scale
     generic = generic + _perturbation(classes, racks)
     rack_arcs = graph.arcs(np.repeat(class_nodes, racks), key_rack[class_key].ravel(), np.repeat(sizes, racks),
                            generic.ravel())
     # Direct arcs to the target and, if another client, the anchor, at their exact price.
     target_arcs = graph.arcs(class_nodes, key_client[class_key, target], sizes,
-                             _price(problem, cross, target, anchor, target))
+                             _price(problem, cross, target, anchor, holder, target))
     other = (anchor >= 0) & (anchor != target)
     anchor_arcs = graph.arcs(class_nodes[other], key_client[class_key[other], anchor[other]], sizes[other],
-                             _price(problem, cross[other], target[other], anchor[other], anchor[other]))
+                             _price(problem, cross[other], target[other], anchor[other], holder[other], anchor[other]))
+    third = (holder >= 0) & (holder != target) & (holder != anchor)
+    holder_arcs = graph.arcs(class_nodes[third], key_client[class_key[third], holder[third]], sizes[third],
+                             _price(problem, cross[third], target[third], anchor[third], holder[third], holder[third]))
     # Rack node -> its clients, then the subtopology cap, then the client's slots.
     spread = graph.arcs(key_rack[:, problem.client_rack].ravel(), key_client.ravel(), BIG, 0)
     graph.arcs(key_client.ravel(), np.tile(client_nodes, key_count), np.asarray(caps).ravel(), 0)
@@ -144,6 +159,8 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     to_target = graph.flows(target_arcs)
     to_anchor = np.zeros(count, dtype=np.int64)
     to_anchor[other] = graph.flows(anchor_arcs)
+    to_holder = np.zeros(count, dtype=np.int64)
+    to_holder[third] = graph.flows(holder_arcs)
     to_rack = graph.flows(rack_arcs).reshape(count, racks)
     assignment = np.full(tasks, -1, dtype=np.int64)
     via_rack = np.full(tasks, -1, dtype=np.int64)
@@ -152,20 +169,22 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     for cls in range(count):
         alike = members[bounds[cls]:bounds[cls + 1]]
         first, second = int(to_target[cls]), int(to_target[cls] + to_anchor[cls])
+        third_end = second + int(to_holder[cls])
         assignment[alike[:first]] = target[cls]
         assignment[alike[first:second]] = anchor[cls]
-        via_rack[alike[second:]] = np.repeat(np.arange(racks), to_rack[cls])
+        assignment[alike[second:third_end]] = holder[cls]
+        via_rack[alike[third_end:]] = np.repeat(np.arange(racks), to_rack[cls])
     slots_left = graph.flows(spread).reshape(key_count, clients).copy()
     _deal(problem, keys, via_rack, slots_left, assignment)
     return assignment
 
 
 def _price(problem: PlacementProblem, cross: np.ndarray, target: np.ndarray, anchor: np.ndarray,
-           client: np.ndarray) -> np.ndarray:
+           holder: np.ndarray, client: np.ndarray) -> np.ndarray:
     """Exact solver price of rows (cross counts, target, anchor) on the given clients."""
     kip = problem.traffic_cost * cross[np.arange(len(client)), problem.client_rack[client]]
     kip = kip + problem.non_overlap_cost * (client != anchor)
-    return problem.tie_scale * kip + problem.miss_scale * (client != target)
+    return problem.tie_scale * kip + problem.miss_scale * (2 * (client != target) + (client != holder))
 
 
 def _perturbation(classes: np.ndarray, racks: int) -> np.ndarray:
@@ -196,7 +215,7 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
         rack = int(via_rack[task])
         key = int(keys[task])
         placed = False
-        for special in (int(problem.target[task]), int(problem.anchor[task])):
+        for special in (int(problem.target[task]), int(problem.anchor[task]), int(problem.holders[task])):
             if special >= 0 and problem.client_rack[special] == rack and slots_left[key, special] > 0:
                 slots_left[key, special] -= 1
                 assignment[task] = special
@@ -229,6 +248,15 @@ def _mix(values: np.ndarray) -> np.ndarray:
     return (values ^ (values >> np.uint64(31))) >> np.uint64(1)
 
 
+def _caps(problem: PlacementProblem) -> tuple[np.ndarray, int, np.ndarray]:
+    """Per-task cap keys, their number, and caps[key, client] (min_traffic: the slots, never binding)."""
+    tasks = len(problem.target)
+    keys = problem.keys if problem.keys is not None else np.zeros(tasks, dtype=np.int64)
+    key_count = int(keys.max()) + 1
+    caps = problem.caps if problem.caps is not None else np.broadcast_to(problem.slots, (key_count, len(problem.slots)))
+    return keys, key_count, caps
+
+
 def solve_full(problem: PlacementProblem) -> np.ndarray:
     """KIP-925's own graph: every task to every client (or to every (subtopology, client)).
 
@@ -238,9 +266,7 @@ def solve_full(problem: PlacementProblem) -> np.ndarray:
     clients = len(problem.client_rack)
     if tasks == 0:
         return np.zeros(0, dtype=np.int64)
-    keys = problem.keys if problem.keys is not None else np.zeros(tasks, dtype=np.int64)
-    key_count = int(keys.max()) + 1
-    caps = problem.caps if problem.caps is not None else np.broadcast_to(problem.slots, (key_count, clients))
+    keys, key_count, caps = _caps(problem)
     graph = FlowGraph()
     task_nodes = np.asarray(graph.nodes(tasks))
     key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
