@@ -123,6 +123,16 @@ class SimulatedWorker:
         for task in tasks:
             self.position[task] = self.changelogs.end[task]
 
+    def in_sync(self) -> bool:
+        """Every active running, every standby within one tick of its changelog's end."""
+        return all(t in self.running for t in self.active) and all(
+            self.changelogs.end[t] - self.position[t] <= self.changelogs.write_rate for t in self.standby)
+
+    def forget_unassigned(self) -> None:
+        """The state cleaner's work: state of tasks this instance no longer hosts is gone."""
+        for task in set(self.position) - (self.active | self.standby):
+            del self.position[task]
+
     def on_assignment(self, change: AssignmentChange) -> None:
         self.active = frozenset(change.current.active)
         self.standby = frozenset(change.current.standby)
@@ -254,6 +264,12 @@ class Scene:
         self.workers[name] = worker
         await worker.member.start()
         return worker
+
+    async def until_in_sync(self, deadline: float) -> None:
+        while not all(w.in_sync() for w in self.workers.values()):
+            if time.monotonic() > deadline:
+                raise TimeoutError("replicas in sync")
+            await asyncio.sleep(0.05)
 
     async def kill(self, name: str) -> None:
         """The instance dies: no LeaveGroup; the leader notices when its session times out."""
@@ -391,6 +407,7 @@ async def scale_out(scene: Scene, deadline: float, checks: list[tuple[bool, str]
     for name in ("I1", "I2"):
         await scene.start_worker(name, seeded=tasks)
     await scene.wait_for(lambda g: settled(g, 2), "I1 and I2 form the group", deadline)
+    await scene.until_in_sync(deadline)
     before = {name_of(m): {codec.task_from_proto(t) for t in m.active} for m in scene.rebalances[-1].members}
     start = time.monotonic()
     await scene.start_worker("I3")
@@ -432,6 +449,9 @@ async def scale_in(scene: Scene, deadline: float, checks: list[tuple[bool, str]]
     for name in ("I1", "I2", "I3"):
         await scene.start_worker(name, seeded=tasks)
     initial = await scene.wait_for(lambda g: settled(g, 3), "I1, I2 and I3 form the group", deadline)
+    await scene.until_in_sync(deadline)
+    for worker in scene.workers.values():
+        worker.forget_unassigned()  # as in the KIP's initial table: each instance holds only its replicas
     victim = choose_victim(initial)
     standby_host = {codec.task_from_proto(t): name_of(m) for m in initial.members for t in m.standby}
     victim_actives = next({codec.task_from_proto(t) for t in m.active} for m in initial.members if name_of(m) == victim)
