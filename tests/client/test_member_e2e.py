@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 
 import pytest
@@ -10,10 +12,11 @@ import pytest
 from assignor.model import LATEST, Role, TaskId
 from client.assignment import HostInfo
 from client.lags import CheckpointLagSource, StaticLagSource
-from client.member import GroupMember, MemberError, RoutingError
+from client.member import GroupMember, MemberError, RoutingError, route_query
 from client.state import StateCleaner, StateDirectory
 from client.topology import StoreSpec, Subtopology, Topology
-from tests.client.conftest import SESSION_MS, close_all, member_config, topology
+from remote_leader.v1.group_leader_pb2_grpc import GroupLeaderStub
+from tests.client.conftest import SESSION_MS, close_all, member_config, start_leader, topology
 
 ALL = frozenset(topology(6).tasks())
 
@@ -123,13 +126,12 @@ async def test_route_query_errors_name_the_problem(leader):
     members = await join(leader, "g", 1, partitions=2)
     try:
         await converged(members)
+        stub = GroupLeaderStub(members[0]._channel)  # a router that is not a member
         with pytest.raises(RoutingError, match="UNKNOWN_PARTITION"):
-            # the member's own topology says 2 partitions; ask as a router with a wider one
-            from client.member import route_query
-            await route_query(members[0]._stub, "g", topology(8), "counts", partition=5)
+            # the group's topology has 2 partitions; ask as a router that believes in 8
+            await route_query(stub, "g", topology(8), "counts", partition=5)
         with pytest.raises(RoutingError, match="GROUP_ID_NOT_FOUND"):
-            from client.member import route_query
-            await route_query(members[0]._stub, "nope", topology(2), "counts", partition=0)
+            await route_query(stub, "nope", topology(2), "counts", partition=0)
     finally:
         await close_all(members)
 
@@ -158,7 +160,6 @@ async def test_cleanup_race_cannot_delete_state_reported_and_then_received(leade
     state.create(TaskId(9, 0))  # state of a task no topology has: the cleaner's to delete
     old = time.time() - 3600
     for task in (TaskId(0, 1), TaskId(9, 0)):
-        import os
         os.utime(state.task_dir(task), (old, old))
     lags = ReportingLags(topo, state, {("app-counts-changelog", 0): 1000, ("app-counts-changelog", 1): 1000})
     applied_before_cleaning: list[frozenset[TaskId]] = []
@@ -247,10 +248,6 @@ async def test_a_newcomer_with_another_topology_is_refused_with_a_clear_error(le
 async def test_member_rides_through_a_server_restart(tmp_path):
     """Transient UNAVAILABLE: the retry policy and the member's backoff carry it across a restart
     on the same port and state; it keeps (or rejoins to) a complete assignment."""
-    import socket
-
-    from tests.client.conftest import start_leader
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -281,4 +278,5 @@ def test_member_config_names_bad_fields():
         member_config("g", 0, heartbeat_interval_ms=SESSION_MS)
     with pytest.raises(InvalidInput, match="group_id"):
         member_config("", 0)
-    assert HostInfo.parse("a:1")  # keep the import honest
+    with pytest.raises(InvalidInput, match="endpoint"):
+        member_config("g", 0, endpoint=HostInfo.parse("nohost"))
