@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 
@@ -17,13 +18,14 @@ import structlog
 from assignor.model import InvalidInput
 
 
-def configure_logging(level: str = "warning") -> None:
-    """Console logs on stderr: stdout is kept for the sidecar's ready line and the demo's tables."""
+def configure_logging(level: str = "warning", log_format: str = "console") -> None:
+    """Logs on stderr (stdout is kept for the sidecar's ready line and the demo's tables), as
+    JSON lines or for a console."""
+    renderer = structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.WARNING)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"),
-                    structlog.dev.ConsoleRenderer(colors=False)],
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
     )
 
 
@@ -61,7 +63,10 @@ def _register_sidecar(subparsers) -> None:
                    help="how long an acknowledging watcher may take to apply an assignment")
     p.add_argument("--state-dir", default=None, help="run the state cleaner on this state directory")
     p.add_argument("--state-cleanup-delay-ms", type=int, default=600_000)
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default=os.environ.get("REMOTE_LEADER_LOG_LEVEL", "info"),
+                   help="default $REMOTE_LEADER_LOG_LEVEL or info")
+    p.add_argument("--log-format", choices=("json", "console"), default=os.environ.get("REMOTE_LEADER_LOG_FORMAT", "console"),
+                   help="default $REMOTE_LEADER_LOG_FORMAT or console")
     p.set_defaults(func=run_sidecar)
 
 
@@ -70,7 +75,10 @@ def run_sidecar(args: argparse.Namespace) -> int:
     from client.member import MemberConfig
     from client.sidecar import SidecarOptions, load_member_file, ready_line, serve_sidecar
 
-    configure_logging(args.log_level)
+    if args.log_format not in ("json", "console"):
+        print(f"remote-leader sidecar: --log-format: expected json or console, got {args.log_format!r}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, args.log_format)
     try:
         topology, config = load_member_file(args.topology)
         extra = {"process_id": args.process_id} if args.process_id else {}

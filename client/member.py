@@ -485,8 +485,8 @@ class GroupMember:
         self._log.info(f"member.{phase}.rejoin", code=name, message=message)
         if code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID:
             self.member_id, self.generation = "", -1
-        elif code not in _REJOIN:  # COORDINATOR_NOT_AVAILABLE and anything unexpected: back off
-            await self._backoff(attempt)
+        elif code not in _REJOIN or attempt >= 3:  # COORDINATOR_NOT_AVAILABLE, anything unexpected,
+            await self._backoff(attempt)           # or a rejoin that keeps failing: back off
         return False
 
     async def _apply(self, message: pb.Assignment) -> None:
