@@ -27,9 +27,13 @@ FAST = {
 }
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def _quiet_logs():
+    """Warnings and up while a client test runs; the previous configuration afterwards."""
+    previous = structlog.get_config()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    yield
+    structlog.configure(**previous)
 
 
 @dataclass
