@@ -3,14 +3,19 @@ baseline measured in the same run (server and load generator in separate process
 
     python bench/bench_server.py                      # 100, 1,000, 5,000 members
     python bench/bench_server.py --members 100 1000   # a subset
-    python bench/bench_server.py --heartbeat-seconds 5
+    python bench/bench_server.py --repeat 7 --heartbeat-seconds 5
 
 Rebalance latency: a formed group of N members rejoins at once (one task per member, every
 member reporting its active as LATEST); time from the last JoinGroup sent to the last
 SyncGroup answer received. Baseline: N calls parked on a bare grpc.aio barrier and released
-together, from the last call sent to the last reply received.
+together, from the last call sent to the last reply received. Each size runs ``--repeat``
+rounds, a baseline round just before each leader round (the machine is shared: neighbours'
+load moves both alike); the table gives medians and ranges, the ratio is of the medians.
+"server CPU" is the CPU time (all threads) the server process spent per round, read from
+/proc: less sensitive to neighbours than wall time.
 Heartbeat throughput: 1,000 members heartbeat with 100 calls in flight. Baseline: bare
-unary calls with 100 in flight. Prints one table; issue 4's targets are in docs/benchmarks.md.
+unary calls with 100 in flight, measured just before. Prints one table; issue 4's targets
+are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import asyncio
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,18 +115,41 @@ def _bare(channel: grpc.aio.Channel, name: str):
     return channel.unary_unary(f"/bench.Bare/{name}", request_serializer=_identity, response_deserializer=_identity)
 
 
-async def bare_barrier(port: int, n: int) -> tuple[float, int]:
-    channels = _channels(port)
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process (all its threads), or None off Linux."""
     try:
-        await _bare(channels[0], "Arm")(str(n).encode())
-        calls = [_bare(channels[i % CHANNELS], "Wait")(b"x") for i in range(n)]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Round:
+    """Wall time, failed calls and server CPU of one measured round."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seconds = 0.0
+        self.failed = 0
+        self.cpu_s: float | None = None
+
+    async def run(self, calls: list) -> list:
+        cpu = process_cpu_s(self.pid)
         sent = time.perf_counter()
         results = await asyncio.gather(*calls, return_exceptions=True)
-        elapsed = time.perf_counter() - sent
-        return elapsed, sum(isinstance(r, Exception) for r in results)
-    finally:
-        for c in channels:
-            await c.close()
+        self.seconds = time.perf_counter() - sent
+        after = process_cpu_s(self.pid)
+        self.cpu_s = after - cpu if cpu is not None and after is not None else None
+        self.failed = sum(isinstance(r, BaseException) for r in results)
+        return results
+
+
+async def bare_barrier(channels: list[grpc.aio.Channel], pid: int, n: int) -> Round:
+    await _bare(channels[0], "Arm")(str(n).encode())
+    calls = [_bare(channels[i % CHANNELS], "Wait")(b"x") for i in range(n)]
+    measured = Round(pid)
+    await measured.run(calls)
+    return measured
 
 
 async def _closed_loop(call, seconds: float) -> tuple[float, int]:
@@ -208,32 +237,39 @@ async def _form(members: list[Member]) -> None:
     raise RuntimeError("formation did not converge on one generation")
 
 
-async def leader_rebalance(port: int, n: int, endpoints: bool = False) -> tuple[float, int]:
-    channels = _channels(port)
+async def rebalance_rounds(leader_port: int, leader_pid: int, bare_port: int, bare_pid: int, n: int, repeat: int,
+                           endpoints: bool = False) -> tuple[list[Round], list[Round]]:
+    """``repeat`` rounds of (bare barrier of n, leader rebalance of n members), interleaved."""
+    channels, bare_channels = _channels(leader_port), _channels(bare_port)
     stubs = [pb_grpc.GroupLeaderStub(c) for c in channels]
     topology = _topology(n)
     group = f"bench-{n}{'-iq' if endpoints else ''}"
     members = [Member(stubs[i % CHANNELS], group, topology, i, endpoints) for i in range(n)]
+    leader_rounds, bare_rounds = [], []
     try:
         # Form the group (the server's initial delay gathers everyone), unmeasured.
         await _form(members)
-        # The measured rebalance: every member rejoins at once.
-        calls = [asyncio.ensure_future(m.join_and_sync()) for m in members]
-        await asyncio.sleep(0)
-        sent = time.perf_counter()
-        results = await asyncio.gather(*calls, return_exceptions=True)
-        elapsed = time.perf_counter() - sent
-        failures = sum(isinstance(r, Exception) for r in results)
-        if not failures and sorted((t.subtopology, t.partition) for m in members for t in m.active) != [(0, p) for p in range(n)]:
-            raise RuntimeError("inconsistent assignment")
-        return elapsed, failures
+        for _ in range(repeat):
+            bare_rounds.append(await bare_barrier(bare_channels, bare_pid, n))
+            # The measured rebalance: every member rejoins at once.
+            calls = [asyncio.ensure_future(m.join_and_sync()) for m in members]
+            await asyncio.sleep(0)
+            measured = Round(leader_pid)
+            await measured.run(calls)
+            leader_rounds.append(measured)
+            if measured.failed:
+                await _form(members)  # rejoin the stragglers before the next round
+            elif sorted((t.subtopology, t.partition) for m in members for t in m.active) != [(0, p) for p in range(n)]:
+                raise RuntimeError("inconsistent assignment")
+        return leader_rounds, bare_rounds
     finally:
-        for c in channels:
+        for c in channels + bare_channels:
             await c.close()
 
 
-async def leader_heartbeat_rate(port: int, n: int, seconds: float) -> float:
-    channels = _channels(port)
+async def heartbeat_rounds(leader_port: int, bare_port: int, n: int, seconds: float, repeat: int) -> tuple[list[float], list[float]]:
+    """``repeat`` pairs of (bare unary rate, leader heartbeat rate) over one formed group."""
+    channels = _channels(leader_port)
     stubs = [pb_grpc.GroupLeaderStub(c) for c in channels]
     members = [Member(stubs[i % CHANNELS], "bench-heartbeat", _topology(n), i) for i in range(n)]
     await _form(members)
@@ -243,12 +279,36 @@ async def leader_heartbeat_rate(port: int, n: int, seconds: float) -> float:
         response = await m.stub.Heartbeat(pb.HeartbeatRequest(group_id=m.group, member_id=m.member_id, generation_id=m.generation))
         return response.error_code == 0
 
-    rate, errors = await _closed_loop(heartbeat, seconds)
-    for c in channels:
-        await c.close()
-    if errors:
-        raise RuntimeError(f"{errors} heartbeats answered with an error")
-    return rate
+    leader, bare = [], []
+    try:
+        for _ in range(repeat):
+            bare.append(await bare_unary_rate(bare_port, seconds))
+            rate, errors = await _closed_loop(heartbeat, seconds)
+            if errors:
+                raise RuntimeError(f"{errors} heartbeats answered with an error")
+            leader.append(rate)
+    finally:
+        for c in channels:
+            await c.close()
+    return leader, bare
+
+
+def _ms_summary(values: list[float]) -> str:
+    """Median, and the range when there are several values (milliseconds)."""
+    ms = [v * 1000 for v in values]
+    median = f"{statistics.median(ms):,.0f} ms"
+    return median if len(ms) == 1 else f"{median} ({min(ms):,.0f}–{max(ms):,.0f})"
+
+
+def _rebalance_row(label: str, leader: list[Round], bare: list[Round]) -> tuple[str, ...]:
+    ratio = statistics.median(r.seconds for r in leader) / statistics.median(r.seconds for r in bare)
+    cpu = [r.cpu_s for r in leader if r.cpu_s is not None]
+    bare_cpu = [r.cpu_s for r in bare if r.cpu_s is not None]
+    cpu_text = (f"{statistics.median(cpu) * 1000:,.0f} / {statistics.median(bare_cpu) * 1000:,.0f} ms"
+                if cpu and bare_cpu else "n/a")
+    failed = f"{sum(r.failed for r in leader)} / {sum(r.failed for r in bare)}"
+    return (label, _ms_summary([r.seconds for r in leader]), _ms_summary([r.seconds for r in bare]), f"{ratio:.1f}x",
+            cpu_text, failed)
 
 
 def _start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -262,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="group sizes to measure again with IQ endpoints (every answer carries every host)")
     parser.add_argument("--heartbeat-members", type=int, default=1000)
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
+    parser.add_argument("--repeat", type=int, default=5, help="measured rounds per row (median reported)")
+    parser.add_argument("--heartbeat-repeat", type=int, default=3, help="heartbeat/baseline pairs (median reported)")
     parser.add_argument("--baseline-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.baseline_server:
@@ -279,25 +341,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _wait_port(bare_port)
         _wait_port(leader_port)
-        for n in args.members:
-            base, base_failed = asyncio.run(bare_barrier(bare_port, n))
-            took, failed = asyncio.run(leader_rebalance(leader_port, n))
-            rows.append((f"rebalance latency, {n:,} members", f"{took * 1000:,.0f} ms", f"{base * 1000:,.0f} ms",
-                         f"{took / base:.1f}x", f"{failed} / {base_failed}"))
-        for n in args.endpoint_members:
-            base, base_failed = asyncio.run(bare_barrier(bare_port, n))
-            took, failed = asyncio.run(leader_rebalance(leader_port, n, endpoints=True))
-            rows.append((f"rebalance latency, {n:,} members with IQ endpoints", f"{took * 1000:,.0f} ms",
-                         f"{base * 1000:,.0f} ms", f"{took / base:.1f}x", f"{failed} / {base_failed}"))
-        base_rate = asyncio.run(bare_unary_rate(bare_port, args.heartbeat_seconds))
-        rate = asyncio.run(leader_heartbeat_rate(leader_port, args.heartbeat_members, args.heartbeat_seconds))
-        rows.append((f"heartbeats/s, {args.heartbeat_members:,} members", f"{rate:,.0f}/s", f"{base_rate:,.0f}/s",
-                     f"{rate / base_rate:.2f}x", "0 / 0"))
+        sizes = [(n, False) for n in args.members] + [(n, True) for n in args.endpoint_members]
+        for n, endpoints in sizes:
+            leader_rounds, bare_rounds = asyncio.run(
+                rebalance_rounds(leader_port, leader.pid, bare_port, bare.pid, n, args.repeat, endpoints))
+            label = f"rebalance latency, {n:,} members" + (" with IQ endpoints" if endpoints else "")
+            rows.append(_rebalance_row(label, leader_rounds, bare_rounds))
+        if args.heartbeat_repeat:
+            rates, base_rates = asyncio.run(heartbeat_rounds(leader_port, bare_port, args.heartbeat_members,
+                                                             args.heartbeat_seconds, args.heartbeat_repeat))
+            ratio = statistics.median(rates) / statistics.median(base_rates)
+            rows.append((f"heartbeats/s, {args.heartbeat_members:,} members",
+                         f"{statistics.median(rates):,.0f}/s ({min(rates):,.0f}–{max(rates):,.0f})",
+                         f"{statistics.median(base_rates):,.0f}/s ({min(base_rates):,.0f}–{max(base_rates):,.0f})",
+                         f"{ratio:.2f}x", "", "0 / 0"))
     finally:
         for proc in (bare, leader):
             proc.terminate()
             proc.wait(timeout=30)
-    header = ("measure", "remote-leader", "bare grpc.aio", "ratio", "failed calls (leader / bare)")
+    header = ("measure", "remote-leader", "bare grpc.aio", "ratio", "server CPU (leader / bare)", "failed calls (leader / bare)")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
