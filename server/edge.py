@@ -11,6 +11,8 @@ draining or still loading (UNAVAILABLE), raised in one place (``_guard``).
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -47,6 +49,9 @@ from server.model import (
 from server.runtime import Coordinator
 
 _MAX_ID = 255
+_CONTROL = re.compile(r"[\x00-\x1f]")
+#: Distinct topologies and configs kept parsed: every member of a group sends the same ones.
+_PARSED_CACHE = 64
 _ASSIGNOR_KINDS = {
     apb.ASSIGNOR_KIND_UNSPECIFIED: "high_availability",
     apb.ASSIGNOR_KIND_HIGH_AVAILABILITY: "high_availability",
@@ -87,7 +92,7 @@ def _identifier(value: str, where: str, *, required: bool) -> str:
         raise InvalidInput(where, "must not be empty")
     if len(value) > _MAX_ID:
         raise InvalidInput(where, f"longer than {_MAX_ID} characters")
-    if any(ord(ch) < 32 for ch in value):
+    if _CONTROL.search(value):
         raise InvalidInput(where, "contains control characters")
     return value
 
@@ -164,6 +169,24 @@ def topology_from_proto(msg: pb.Topology, where: str) -> Topology:
     return Topology(tuple(sorted(subs, key=lambda s: s.id)))
 
 
+@functools.lru_cache(maxsize=_PARSED_CACHE)
+def _topology_from_bytes(data: bytes, where: str) -> Topology:
+    return topology_from_proto(pb.Topology.FromString(data), where)
+
+
+@functools.lru_cache(maxsize=_PARSED_CACHE)
+def _config_from_bytes(data: bytes, where: str) -> AssignmentConfig:
+    return config_from_proto(apb.AssignmentConfig.FromString(data), where)
+
+
+def _parsed(msg: Any, parse: Any, where: str) -> Any:
+    """Every member of a group sends the same topology and config: validate and convert each
+    distinct one once, keyed by its deterministic encoding (a bad one raises every time: only
+    successes are cached). The same bytes also give the same object, which lets the group
+    skip comparing it with its own (``Group._inconsistency``)."""
+    return parse(msg.SerializeToString(deterministic=True), where)
+
+
 def _task_values(items: Any, where: str, value_field: str, minimum: int) -> Mapping[TaskId, int]:
     values: dict[TaskId, int] = {}
     for i, item in enumerate(items):
@@ -213,8 +236,8 @@ def subscription_from_proto(msg: pb.Subscription, where: str = "subscription") -
         version=msg.version,
         latest_supported_version=msg.latest_supported_version,
         process_id=process_id,
-        topology=topology_from_proto(msg.topology, f"{where}.topology"),
-        config=config_from_proto(msg.config, f"{where}.config"),
+        topology=_parsed(msg.topology, _topology_from_bytes, f"{where}.topology"),
+        config=_parsed(msg.config, _config_from_bytes, f"{where}.config"),
         num_threads=msg.num_threads,
         endpoint=endpoint,
         rack=rack,

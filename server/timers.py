@@ -40,17 +40,21 @@ class AsyncioTimers:
 
     def __init__(self, clock: Clock, on_error: Callable[[str, BaseException], None]) -> None:
         self._clock = clock
-        self._handles: dict[str, asyncio.TimerHandle] = {}
+        self._handles: dict[str, tuple[int, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._on_error = on_error
 
     def schedule(self, key: str, deadline_ms: int, callback: Callback) -> None:
-        old = self._handles.pop(key, None)
+        """Arm ``key``; the same key at the same deadline is left as it is (a key's callback is
+        a function of the key: every JoinGroup of a barrier restates the barrier's deadline)."""
+        old = self._handles.get(key)
         if old is not None:
-            old.cancel()
+            if old[0] == deadline_ms:
+                return
+            old[1].cancel()
         loop = asyncio.get_running_loop()
         delay = max(0.0, (deadline_ms - self._clock.now_ms()) / 1000.0)
-        self._handles[key] = loop.call_later(delay, self._fire, key, callback)
+        self._handles[key] = (deadline_ms, loop.call_later(delay, self._fire, key, callback))
 
     def _fire(self, key: str, callback: Callback) -> None:
         self._handles.pop(key, None)
@@ -64,12 +68,12 @@ class AsyncioTimers:
             self._on_error(key, task.exception())
 
     def cancel(self, key: str) -> None:
-        handle = self._handles.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        entry = self._handles.pop(key, None)
+        if entry is not None:
+            entry[1].cancel()
 
     def cancel_all(self) -> None:
-        for handle in self._handles.values():
+        for _deadline, handle in self._handles.values():
             handle.cancel()
         self._handles.clear()
 
