@@ -52,6 +52,7 @@ class Settings:
     tls_key: Path | None = None
     log_level: str = "info"
     log_format: str = "json"
+    event_loop: str = "auto"
 
     def group_settings(self) -> GroupSettings:
         return GroupSettings(
