@@ -20,7 +20,7 @@ tasks balance needs are ever moved.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from assignor import rack_aware
 from assignor.balance import is_balanced
@@ -37,7 +37,7 @@ from assignor.model import (
     TaskSpec,
 )
 from assignor.ranking import Ranking, rank_clients
-from assignor.target import CostModel, Group, active_target, standby_target
+from assignor.target import CostModel, Group, active_target, restoration_cost, standby_target
 
 
 @dataclass(slots=True)
@@ -74,10 +74,18 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
         return settled
 
     costs = CostModel(lag_aware=True)
-    actives = active_target(group, ranking, costs)
-    actives, report = rack_aware.optimize_actives(group, actives, config)
+    balanced = active_target(group, ranking, costs)
+    actives, report = rack_aware.optimize_actives(group, balanced, config, ranking)
+    if report.enabled and restoration_cost(group, ranking, actives) > restoration_cost(group, ranking, balanced):
+        # Rack awareness may reshape the target among placements that are ready, but never
+        # make more of it wait for restoration than the lag-aware target: that quantity must
+        # fall from round to round for probing rebalances to stop (docs/assignor.md).
+        actives = balanced
+        report = replace(report, enabled=False, cross_rack_after=report.cross_rack_before,
+                         disabled_reason="postponed: rack-aware placement would need more restoration "
+                                         "than the lag-aware target; it applies once replicas have caught up")
     standbys = standby_target(group, ranking, costs, actives, config.num_standby_replicas)
-    standbys = rack_aware.optimize_standbys(group, actives, standbys, config)
+    standbys = rack_aware.optimize_standbys(group, actives, standbys, config, ranking)
 
     placement = _Placement()
     requests: list[_WarmupRequest] = []

@@ -26,6 +26,7 @@ import numpy as np
 from assignor.model import AssignmentConfig, AssignorKind, RackAwareReport, RackAwareStrategy, TaskId
 from assignor.rack_flow import PlacementProblem, index_of, solve_compressed, subtopology_caps
 from assignor.rack_standby import spread_and_swap_standbys
+from assignor.ranking import Ranking
 from assignor.target import Group
 
 # KIP-925 4.B.III and "Summary": traffic over stickiness with the high-availability assignor,
@@ -79,7 +80,7 @@ def cross_rack_matrix(group: Group, tasks: tuple[TaskId, ...], racks: list[str])
 
 
 def optimize_actives(
-    group: Group, actives: Mapping[TaskId, str], config: AssignmentConfig
+    group: Group, actives: Mapping[TaskId, str], config: AssignmentConfig, ranking: Ranking | None = None
 ) -> tuple[dict[TaskId, str], RackAwareReport]:
     """Reshape the balanced active target to cut cross-rack traffic, keeping each client's count.
 
@@ -97,7 +98,7 @@ def optimize_actives(
     for tasks, costs in ((group.stateful, stateful_costs(config)), (group.stateless, STATELESS_COSTS)):
         if not tasks:
             continue
-        problem = placement_problem(group, actives, config, tasks, racks, costs)
+        problem = placement_problem(group, actives, config, tasks, racks, costs, ranking)
         assignment = solve_compressed(problem)
         rows = np.arange(len(tasks))
         before += int(problem.cross[rows, problem.client_rack[problem.target]].sum())
@@ -115,8 +116,17 @@ def placement_problem(
     tasks: tuple[TaskId, ...],
     racks: list[str],
     costs: tuple[int, int],
+    ranking: Ranking | None = None,
 ) -> PlacementProblem:
-    """The flow problem of one kind of active (stateful or stateless), by indices."""
+    """The flow problem of one kind of active (stateful or stateless), by indices.
+
+    With the high-availability assignor (``ranking`` given) the non-overlap anchor of a stateful
+    task is where it can run now: its previous owner when that client is caught up, else the
+    target. Anchoring to the lag-aware target alone let two equally cheap tasks trade one
+    rack-optimal slot from round to round, re-planning the warm-up each time; anchoring to the
+    running, caught-up owner makes a move cost the same whichever round plans it, and a task
+    that has warmed up on its new client is anchored there (it is the target and caught up).
+    """
     client_index = index_of(group.clients)
     rack_index = index_of(racks)
     client_rack = np.array([rack_index[group.states[c].rack] for c in group.clients], dtype=np.int64)
@@ -127,6 +137,13 @@ def placement_problem(
         anchor = np.array([client_index.get(owners.get(t, ""), -1) for t in tasks], dtype=np.int64)
     else:
         anchor = target.copy()
+        if ranking is not None:
+            for row, task in enumerate(tasks):
+                owner = group.prev_active_owner.get(task)
+                planned = actives[task]
+                if task in ranking.holders and not ranking.caught_up(task, planned) and owner is not None \
+                        and ranking.caught_up(task, owner):
+                    anchor[row] = client_index[owner]
     slots = np.bincount(target, minlength=len(group.clients)).astype(np.int64)
     keys = caps = None
     if config.rack_aware_strategy == RackAwareStrategy.BALANCE_SUBTOPOLOGY:
@@ -155,6 +172,7 @@ def optimize_standbys(
     actives: Mapping[TaskId, str],
     standbys: Mapping[TaskId, tuple[str, ...]],
     config: AssignmentConfig,
+    ranking: Ranking | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
     """Spread standbys over racks and tags, then trade them for less traffic (KIP-925 C, KIP-708).
 
@@ -180,4 +198,7 @@ def optimize_standbys(
         anchors = {t: group.prev_standby_holders.get(t, frozenset()) for t in group.stateful}
     else:
         anchors = {t: frozenset(standbys.get(t, ())) for t in group.stateful}
-    return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic)
+    caught_up = None
+    if ranking is not None:
+        caught_up = {t: frozenset(c for c, rank in ranking.holders[t].items() if rank == 0) for t in group.stateful}
+    return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic, caught_up)

@@ -12,7 +12,11 @@ own active's client, and it strictly improves, in this order (KIP-925 C's list):
 2. *traffic* (KIP-925 C.I, "Balance reliability over cost"): swaps between two racks that
    lower traffic + non-overlap cost and leave neither task's spread worse.
 
-Both passes repeat until nothing changes, so feeding the output back changes nothing. The
+With the high-availability assignor a swap may also never raise the number of the two tasks'
+standbys that sit on clients not caught up on them: rack awareness reshapes the target, but
+never makes more of it wait for restoration than the lag-aware flow chose (the monotone
+quantity behind convergence, docs/assignor.md). Both passes repeat until nothing changes, so
+feeding the output back changes nothing. The
 partner search is greedy, as the KIP proposes: not a global optimum. A clear bound on
 partner checks keeps adversarial groups fast (``SEARCH_BUDGET``).
 """
@@ -36,7 +40,8 @@ class _Standbys:
     """The private, mutable builder: standby holders by task and tasks by client, as indices."""
 
     def __init__(self, group: Group, actives: Mapping[TaskId, str], standbys: Mapping[TaskId, tuple[str, ...]],
-                 location: Mapping[str, tuple[str, ...]]) -> None:
+                 location: Mapping[str, tuple[str, ...]],
+                 caught_up: Mapping[TaskId, frozenset[str]] | None = None) -> None:
         self.clients = group.clients
         client_index = index_of(self.clients)
         self.tasks = tuple(t for t in group.stateful if standbys.get(t))
@@ -54,6 +59,17 @@ class _Standbys:
         self.weight = max((len(h) for h in self.holders), default=0) + 1
         self.budget = SEARCH_BUDGET
         self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
+        self.ready = None if caught_up is None else [
+            frozenset(client_index[c] for c in caught_up.get(t, ()) if c in client_index) for t in self.tasks
+        ]
+
+    def restores_more(self, task: int, client: int, other: int, other_client: int) -> bool:
+        """Would swapping put more of the two standbys on clients that must restore them?"""
+        if self.ready is None:
+            return False
+        before = (client not in self.ready[task]) + (other_client not in self.ready[other])
+        after = (other_client not in self.ready[task]) + (client not in self.ready[other])
+        return after > before
 
     def spread(self, task: int, holder_locs: list[tuple[int, ...]]) -> int:
         active = self.loc[self.active[task]]
@@ -96,9 +112,10 @@ def spread_and_swap_standbys(
     location: Mapping[str, tuple[str, ...]],
     anchors: Mapping[TaskId, frozenset[str]],
     traffic: tuple[np.ndarray, list[str], tuple[int, int]] | None,
+    caught_up: Mapping[TaskId, frozenset[str]] | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
     """Spread standbys (by ``location``), then, given ``traffic``, swap them for less of it."""
-    state = _Standbys(group, actives, standbys, location)
+    state = _Standbys(group, actives, standbys, location, caught_up)
     if not state.tasks:
         return dict(standbys)
     pricing = None
@@ -168,7 +185,7 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
             state.budget -= 1
             if state.budget < 0:
                 return None
-            if not state.may_take(other, client):
+            if not state.may_take(other, client) or state.restores_more(task, client, other, other_client):
                 continue
             loss = state.spread_if(other, other_client, arriving) - state.spread_now(other)
             if loss < gain:
@@ -258,6 +275,8 @@ def _slots_by_zone(state: _Standbys, zone_of: list) -> dict:
 def _traffic_swap_ok(state: _Standbys, pricing: _Pricing, task: int, client: int, other: int, other_client: int) -> bool:
     """Distinct clients, neither on its active, lower exact cost, neither spread worse."""
     if not (state.may_take(task, other_client) and state.may_take(other, client)):
+        return False
+    if state.restores_more(task, client, other, other_client):
         return False
     before = pricing.cost(task, client) + pricing.cost(other, other_client)
     after = pricing.cost(task, other_client) + pricing.cost(other, client)

@@ -110,6 +110,12 @@ class CostModel:
         return tier + MOVE
 
 
+def restoration_cost(group: Group, ranking: Ranking, actives: Mapping[TaskId, str]) -> int:
+    """The target's restoration potential: the tier cost of every stateful active placed on a
+    client that is not caught up (docs/assignor.md, "Convergence")."""
+    return sum(TIER_COST[tier_of(ranking.rank(task, actives[task]))] for task in group.stateful)
+
+
 def _subtopology_caps(items_by_key: Mapping[object, int], threads: Mapping[str, int]) -> dict:
     capacity = sum(threads.values())
     caps = {}

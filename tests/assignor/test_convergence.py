@@ -1,6 +1,6 @@
 """Convergence under seeded random scaling events, in the manner of Kafka's
 TaskAssignorConvergenceTest: after each event (clients added, removed, restarted with or
-without their state), re-run the assignor, letting everything it assigned catch up between
+without their state; racks and rack strategies drawn too), re-run the assignor, letting everything it assigned catch up between
 runs, until no probing rebalance is needed. It must settle within ``settle_bound`` rounds
 (docs/assignor.md, "Convergence"), balanced, breaking no rule on the way, and then stay put.
 """
@@ -14,9 +14,11 @@ from types import MappingProxyType
 import pytest
 
 from assignor import assign, target
-from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec
+from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
 from tests.assignor.convergence import caught_up_clients, settle, settle_bound
 from tests.assignor.invariants import broken_rules
+
+RACKS = ("r0", "r1", "r2")
 
 
 def _random_group(rng: random.Random) -> tuple[list[TaskSpec], list[ClientState], AssignmentConfig]:
@@ -24,19 +26,22 @@ def _random_group(rng: random.Random) -> tuple[list[TaskSpec], list[ClientState]
     for subtopology in range(rng.randint(1, 5)):
         stateful = rng.random() < 0.7
         for partition in range(rng.randint(1, 24)):
-            tasks.append(TaskSpec(TaskId(subtopology, partition), stateful, 1_000_000 if stateful else None))
+            racks = frozenset(rng.sample(RACKS, rng.randint(1, 2)))
+            tasks.append(TaskSpec(TaskId(subtopology, partition), stateful, 1_000_000 if stateful else None,
+                                  (TopicPartition(f"in{subtopology}", partition, racks),)))
     equal_threads = rng.random() < 0.5
     clients = [_new_client(rng, f"c{i:03d}", equal_threads) for i in range(rng.randint(1, 8))]
     config = AssignmentConfig(
         assignor=rng.choice(["high_availability", "high_availability", "sticky"]),
         num_standby_replicas=rng.randint(0, 2),
         max_warmup_replicas=rng.randint(1, 3),
+        rack_aware_strategy=rng.choice(["none", "none", "min_traffic", "balance_subtopology"]),
     )
     return tasks, clients, config
 
 
 def _new_client(rng: random.Random, client_id: str, equal_threads: bool) -> ClientState:
-    return ClientState(id=client_id, threads=2 if equal_threads else rng.randint(1, 4))
+    return ClientState(id=client_id, threads=2 if equal_threads else rng.randint(1, 4), rack=rng.choice(RACKS))
 
 
 def _scaling_event(rng: random.Random, clients: list[ClientState], serial: int) -> tuple[str, list[ClientState]]:

@@ -272,10 +272,6 @@ def test_same_output_for_any_input_order(group, config, strategy, seed):
     assert assign(shuffled_tasks, shuffled_clients, config) == assign(tasks, clients, config)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known defect, reported to the lead: with max_warmup_replicas=1 the lag-aware target and the "
-    "rack step can alternate between two equally cheap tasks for one rack-optimal slot, "
-    "re-planning the warm-up every round (found by hypothesis; see the issue 3 report)"))
 @SETTINGS
 @given(group=racked_groups(max_clients=12, max_tasks=80), config=configs(), strategy=STRATEGIES)
 def test_settles_then_returns_its_input_unchanged(group, config, strategy):
