@@ -124,7 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _run_server(settings) -> int:
-    from server.app import LeaderServer
+    from server.app import LeaderServer, tune_garbage_collector
 
     server = LeaderServer(settings)
     stop = asyncio.Event()
@@ -137,6 +137,7 @@ async def _run_server(settings) -> int:
         print(f"remote-leader serve: {error}", file=sys.stderr)
         await server.stop(0)
         return 1
+    tune_garbage_collector()
     await stop.wait()
     await server.stop()
     return 0
