@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from assignor.balance import quotas
 from assignor.flow import FlowError, FlowGraph
 from assignor.model import ClientState, TaskId, TaskSpec
@@ -225,6 +227,7 @@ def standby_target(
     costs: CostModel,
     actives: Mapping[TaskId, str],
     num_standby_replicas: int,
+    every_arc: bool | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
     """``num_standby_replicas`` standbys per stateful task, on distinct clients, none on the active.
 
@@ -267,31 +270,41 @@ def standby_target(
             graph.arc(node, replica_node[client], caps[key, client], 0)
             graph.arc(node, replica_node[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
 
-    # Small groups get an arc from every task to every client but its active: the flow sees
-    # every exclusion and is exact. Large groups reach clients without state through one hub
-    # per subtopology, and the units each client receives from it are then dealt to tasks
-    # (``_deal_hub_units``), away from each task's active client.
-    exact = len(group.stateful) * len(clients) <= EXACT_STANDBY_ARCS
+    # Clients without state are reached through one hub per subtopology; the units each client
+    # receives from it are then dealt to tasks away from each task's active client by a small
+    # exact flow (``_deal_hub_units``). With several standbys per task the dealing cannot keep
+    # one task's standbys apart, so small groups then get an arc from every task to every
+    # client but its active instead, and the flow itself sees every exclusion.
+    small = len(group.stateful) * len(clients) <= EXACT_STANDBY_ARCS
+    exact = every_arc if every_arc is not None else (per_task >= 2 and small)
+    position = {client: index for index, client in enumerate(clients)}
     direct: list[tuple[int, TaskId, str]] = []
     via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
     task_nodes = graph.nodes(len(group.stateful))
+    graph.supplies(task_nodes, per_task)
+    if exact:
+        all_arcs, allowed = _every_standby_arc(group, ranking, costs, actives, graph, task_nodes,
+                                               key_client_node, position)
     for node, task in zip(task_nodes, group.stateful, strict=True):
-        graph.supply(node, per_task)
+        if exact:
+            break
         key = task.subtopology
         active = actives[task]
         previous = group.prev_standby_holders.get(task, frozenset()) | {group.prev_active_owner.get(task)}
-        candidates = clients if exact else sorted(ranking.holders[task].keys() | (previous - {None}))
-        for client in candidates:
+        for client in sorted(ranking.holders[task].keys() | (previous - {None})):
             if client == active or client not in group.threads:
                 continue
             cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
             direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
-        if not exact:
-            via_hub[key].append((graph.arc(node, hub[key], per_task, costs.no_state_arc(ranking, task)), task))
+        via_hub[key].append((graph.arc(node, hub[key], per_task, costs.no_state_arc(ranking, task)), task))
     graph.supply(sink, -per_task * len(group.stateful))
     graph.solve()
 
     chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
+    if exact:
+        for index in np.flatnonzero(graph.flows(all_arcs)).tolist():
+            row, column = divmod(int(allowed[index]), len(clients))
+            chosen[group.stateful[row]].append(clients[column])
     for arc, task, client in direct:
         if graph.flow(arc):
             chosen[task].append(client)
@@ -299,7 +312,6 @@ def standby_target(
     for holders in chosen.values():
         for client in holders:
             load[client] += 1
-    position = {client: index for index, client in enumerate(clients)}
     for key, entries in sorted(via_hub.items()):
         units = {client: graph.flow(hub_arc[key, client]) for client in clients}
         hub_tasks = [(task, graph.flow(arc)) for arc, task in entries if graph.flow(arc)]
@@ -310,6 +322,9 @@ def standby_target(
                 buckets[actives[task]].append((task, amount))
                 buckets_units[position[actives[task]]] += amount
             dealt = _deal_hub_units(buckets_units, {position[c]: n for c, n in units.items() if n}, len(clients))
+            if dealt is None and small:
+                # No exact dealing (one client runs most of a subtopology): solve with every arc.
+                return standby_target(group, ranking, costs, actives, num_standby_replicas, every_arc=True)
         else:
             dealt = None
         if dealt is None:  # several standbys per task, or no exact dealing exists: one pool
@@ -329,6 +344,30 @@ def standby_target(
                         client = dealer.take_by_swap(task, excluded, chosen, actives)
                     chosen[task].append(client)
     return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+
+
+def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, key_client_node, position):
+    """Small groups: an arc from every stateful task to every client but its active, priced in
+    bulk (a cost matrix, corrected where a client reports state or held the task before)."""
+    clients = group.clients
+    rows, columns = len(group.stateful), len(clients)
+    cost = np.empty((rows, columns), dtype=np.int64)
+    allowed = np.ones((rows, columns), dtype=bool)
+    for row, task in enumerate(group.stateful):
+        cost[row, :] = costs.no_state_arc(ranking, task)
+        allowed[row, position[actives[task]]] = False
+        previous = group.prev_standby_holders.get(task, frozenset()) | {group.prev_active_owner.get(task)}
+        for client in ranking.holders[task].keys() | (previous - {None}):
+            if client in position:
+                cost[row, position[client]] = costs.stateful_arc(ranking, task, client, sticky=client in previous)
+    keys = sorted({task.subtopology for task in group.stateful})
+    key_row = {key: index for index, key in enumerate(keys)}
+    heads = np.array([[key_client_node[key, client] for client in clients] for key in keys], dtype=np.int64)
+    task_key = np.array([key_row[task.subtopology] for task in group.stateful], dtype=np.int64)
+    flat = np.flatnonzero(allowed.ravel())
+    tails = np.asarray(task_nodes, dtype=np.int64)[flat // columns]
+    arcs = graph.arcs(tails, heads[task_key[flat // columns], flat % columns], 1, cost.ravel()[flat])
+    return arcs, flat
 
 
 def _deal_hub_units(bucket_units: Mapping[int, int], client_units: Mapping[int, int], count: int):
