@@ -4,6 +4,7 @@ baseline measured in the same run (server and load generator in separate process
     python bench/bench_server.py                      # 100, 1,000, 5,000 members
     python bench/bench_server.py --members 100 1000   # a subset
     python bench/bench_server.py --repeat 7 --heartbeat-seconds 5
+    python bench/bench_server.py --baseline-loop uvloop   # both servers on uvloop
 
 Rebalance latency: a formed group of N members rejoins at once (one task per member, every
 member reporting its active as LATEST); time from the last JoinGroup sent to the last
@@ -324,19 +325,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=5, help="measured rounds per row (median reported)")
     parser.add_argument("--heartbeat-repeat", type=int, default=3, help="heartbeat/baseline pairs (median reported)")
+    parser.add_argument("--leader-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+                        help="the server's --event-loop (default auto: uvloop when installed)")
+    parser.add_argument("--baseline-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the bare baseline server's event loop (default asyncio, as issue 4's figures)")
     parser.add_argument("--baseline-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.baseline_server:
-        asyncio.run(_baseline_server(args.baseline_server))
+        if args.baseline_loop == "uvloop":
+            import uvloop
+
+            uvloop.run(_baseline_server(args.baseline_server))
+        else:
+            asyncio.run(_baseline_server(args.baseline_server))
         return 0
 
     bare_port, leader_port = _free_port(), _free_port()
     state = tempfile.mkdtemp(prefix="bench-server-")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    bare = _start([sys.executable, __file__, "--baseline-server", str(bare_port)], env)
+    bare = _start([sys.executable, __file__, "--baseline-server", str(bare_port), "--baseline-loop", args.baseline_loop], env)
     leader = _start([sys.executable, "-m", "remote_leader.cli", "serve", "--listen", f"127.0.0.1:{leader_port}",
                      "--state-dir", state, "--metrics-port", "0", "--initial-rebalance-delay-ms", "8000",
-                     "--log-level", "warning", "--max-pending-requests", str(PENDING)], env)
+                     "--log-level", "warning", "--max-pending-requests", str(PENDING),
+                     "--event-loop", args.leader_loop], env)
     rows = []
     try:
         _wait_port(bare_port)
@@ -359,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         for proc in (bare, leader):
             proc.terminate()
             proc.wait(timeout=30)
+    print(f"event loops: remote-leader {args.leader_loop}, bare baseline {args.baseline_loop}")
     header = ("measure", "remote-leader", "bare grpc.aio", "ratio", "server CPU (leader / bare)", "failed calls (leader / bare)")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, tuple("-" * w for w in widths), *rows]:
