@@ -12,6 +12,9 @@ SyncGroup answer received. Baseline: N calls parked on a bare grpc.aio barrier a
 together, from the last call sent to the last reply received. Each size runs ``--repeat``
 rounds, a baseline round just before each leader round (the machine is shared: neighbours'
 load moves both alike); the table gives medians and ranges, the ratio is of the medians.
+"floor": the same rebalance against remote-leader's service and messages with trivial
+handlers (``_FloorLeader``, in the baseline process): what grpc.aio and protobuf alone cost
+for two round trips per member, so "vs floor" is what the leader's own work adds.
 "server CPU" is the CPU time (all threads) the server process spent per round, read from
 /proc: less sensitive to neighbours than wall time.
 Heartbeat throughput: 1,000 members heartbeat with 100 calls in flight. Baseline: bare
@@ -83,9 +86,42 @@ async def _baseline_server(port: int) -> None:
     }
     server = grpc.aio.server(options=[("grpc.server.max_pending_requests", PENDING), ("grpc.server.max_pending_requests_hard_limit", PENDING)])
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Bare", handlers),))
+    pb_grpc.add_GroupLeaderServicer_to_server(_FloorLeader(), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
+
+
+class _FloorLeader(pb_grpc.GroupLeaderServicer):
+    """remote-leader's service and messages with trivial handlers: what grpc.aio and protobuf
+    alone cost for a rebalance's two round trips per member. JoinGroup parks until the group's
+    N members have joined (N from the group id, ``floor-N``); SyncGroup answers member i task
+    0_i (its process id is UUID i + 1, as ``Member`` makes them)."""
+
+    def __init__(self) -> None:
+        self._parked: dict[str, list[asyncio.Future]] = {}
+        self._generation = 0
+
+    async def JoinGroup(self, request: pb.JoinGroupRequest, context) -> pb.JoinGroupResponse:
+        waiting = self._parked.setdefault(request.group_id, [])
+        future = asyncio.get_running_loop().create_future()
+        waiting.append(future)
+        if len(waiting) >= int(request.group_id.rsplit("-", 1)[1]):
+            self._generation += 1
+            for f in waiting:
+                f.set_result(self._generation)
+            self._parked[request.group_id] = []
+        generation = await future
+        member_id = request.member_id or f"member-{request.subscription.process_id}"
+        return pb.JoinGroupResponse(generation_id=generation, member_id=member_id, commonly_supported_version=2)
+
+    async def SyncGroup(self, request: pb.SyncGroupRequest, context) -> pb.SyncGroupResponse:
+        partition = uuid.UUID(request.member_id.removeprefix("member-")).int - 1
+        response = pb.SyncGroupResponse()
+        response.assignment.version = response.assignment.commonly_supported_version = 2
+        response.assignment.active_tasks.add(task=apb.TaskId(subtopology=0, partition=partition),
+                                             partitions=[apb.TopicPartition(topic="input", partition=partition)])
+        return response
 
 
 # ---- helpers -------------------------------------------------------------------------------------------
@@ -238,31 +274,41 @@ async def _form(members: list[Member]) -> None:
     raise RuntimeError("formation did not converge on one generation")
 
 
+async def _rejoin_round(members: list[Member], pid: int) -> Round:
+    """Every member rejoins at once, then syncs; the assignment must cover every task once."""
+    calls = [asyncio.ensure_future(m.join_and_sync()) for m in members]
+    await asyncio.sleep(0)
+    measured = Round(pid)
+    await measured.run(calls)
+    if not measured.failed and sorted((t.subtopology, t.partition) for m in members for t in m.active) != [(0, p) for p in range(len(members))]:
+        raise RuntimeError("inconsistent assignment")
+    return measured
+
+
 async def rebalance_rounds(leader_port: int, leader_pid: int, bare_port: int, bare_pid: int, n: int, repeat: int,
-                           endpoints: bool = False) -> tuple[list[Round], list[Round]]:
-    """``repeat`` rounds of (bare barrier of n, leader rebalance of n members), interleaved."""
+                           endpoints: bool = False) -> tuple[list[Round], list[Round], list[Round]]:
+    """``repeat`` rounds of (bare barrier of n, floor rebalance, leader rebalance of n members),
+    interleaved; returns the leader's, the bare barrier's and the floor's rounds."""
     channels, bare_channels = _channels(leader_port), _channels(bare_port)
     stubs = [pb_grpc.GroupLeaderStub(c) for c in channels]
+    floor_stubs = [pb_grpc.GroupLeaderStub(c) for c in bare_channels]
     topology = _topology(n)
     group = f"bench-{n}{'-iq' if endpoints else ''}"
     members = [Member(stubs[i % CHANNELS], group, topology, i, endpoints) for i in range(n)]
-    leader_rounds, bare_rounds = [], []
+    floor = [Member(floor_stubs[i % CHANNELS], f"floor-{n}", topology, i, endpoints) for i in range(n)]
+    leader_rounds, bare_rounds, floor_rounds = [], [], []
     try:
         # Form the group (the server's initial delay gathers everyone), unmeasured.
         await _form(members)
+        await _rejoin_round(floor, bare_pid)
         for _ in range(repeat):
             bare_rounds.append(await bare_barrier(bare_channels, bare_pid, n))
-            # The measured rebalance: every member rejoins at once.
-            calls = [asyncio.ensure_future(m.join_and_sync()) for m in members]
-            await asyncio.sleep(0)
-            measured = Round(leader_pid)
-            await measured.run(calls)
+            floor_rounds.append(await _rejoin_round(floor, bare_pid))
+            measured = await _rejoin_round(members, leader_pid)
             leader_rounds.append(measured)
             if measured.failed:
                 await _form(members)  # rejoin the stragglers before the next round
-            elif sorted((t.subtopology, t.partition) for m in members for t in m.active) != [(0, p) for p in range(n)]:
-                raise RuntimeError("inconsistent assignment")
-        return leader_rounds, bare_rounds
+        return leader_rounds, bare_rounds, floor_rounds
     finally:
         for c in channels + bare_channels:
             await c.close()
@@ -301,15 +347,17 @@ def _ms_summary(values: list[float]) -> str:
     return median if len(ms) == 1 else f"{median} ({min(ms):,.0f}–{max(ms):,.0f})"
 
 
-def _rebalance_row(label: str, leader: list[Round], bare: list[Round]) -> tuple[str, ...]:
-    ratio = statistics.median(r.seconds for r in leader) / statistics.median(r.seconds for r in bare)
-    cpu = [r.cpu_s for r in leader if r.cpu_s is not None]
-    bare_cpu = [r.cpu_s for r in bare if r.cpu_s is not None]
-    cpu_text = (f"{statistics.median(cpu) * 1000:,.0f} / {statistics.median(bare_cpu) * 1000:,.0f} ms"
-                if cpu and bare_cpu else "n/a")
-    failed = f"{sum(r.failed for r in leader)} / {sum(r.failed for r in bare)}"
-    return (label, _ms_summary([r.seconds for r in leader]), _ms_summary([r.seconds for r in bare]), f"{ratio:.1f}x",
-            cpu_text, failed)
+def _median_s(rounds: list[Round]) -> float:
+    return statistics.median(r.seconds for r in rounds)
+
+
+def _rebalance_row(label: str, leader: list[Round], bare: list[Round], floor: list[Round]) -> tuple[str, ...]:
+    cpus = [[r.cpu_s for r in rounds if r.cpu_s is not None] for rounds in (leader, floor, bare)]
+    cpu_text = " / ".join(f"{statistics.median(c) * 1000:,.0f}" for c in cpus) + " ms" if all(cpus) else "n/a"
+    failed = f"{sum(r.failed for r in leader)} / {sum(r.failed for r in bare)} / {sum(r.failed for r in floor)}"
+    return (label, _ms_summary([r.seconds for r in leader]), _ms_summary([r.seconds for r in bare]),
+            f"{_median_s(leader) / _median_s(bare):.1f}x", _ms_summary([r.seconds for r in floor]),
+            f"{_median_s(leader) / _median_s(floor):.1f}x", cpu_text, failed)
 
 
 def _start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -354,10 +402,10 @@ def main(argv: list[str] | None = None) -> int:
         _wait_port(leader_port)
         sizes = [(n, False) for n in args.members] + [(n, True) for n in args.endpoint_members]
         for n, endpoints in sizes:
-            leader_rounds, bare_rounds = asyncio.run(
+            leader_rounds, bare_rounds, floor_rounds = asyncio.run(
                 rebalance_rounds(leader_port, leader.pid, bare_port, bare.pid, n, args.repeat, endpoints))
             label = f"rebalance latency, {n:,} members" + (" with IQ endpoints" if endpoints else "")
-            rows.append(_rebalance_row(label, leader_rounds, bare_rounds))
+            rows.append(_rebalance_row(label, leader_rounds, bare_rounds, floor_rounds))
         if args.heartbeat_repeat:
             rates, base_rates = asyncio.run(heartbeat_rounds(leader_port, bare_port, args.heartbeat_members,
                                                              args.heartbeat_seconds, args.heartbeat_repeat))
@@ -365,13 +413,14 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((f"heartbeats/s, {args.heartbeat_members:,} members",
                          f"{statistics.median(rates):,.0f}/s ({min(rates):,.0f}–{max(rates):,.0f})",
                          f"{statistics.median(base_rates):,.0f}/s ({min(base_rates):,.0f}–{max(base_rates):,.0f})",
-                         f"{ratio:.2f}x", "", "0 / 0"))
+                         f"{ratio:.2f}x", "", "", "", "0 / 0"))
     finally:
         for proc in (bare, leader):
             proc.terminate()
             proc.wait(timeout=30)
     print(f"event loops: remote-leader {args.leader_loop}, bare baseline {args.baseline_loop}")
-    header = ("measure", "remote-leader", "bare grpc.aio", "ratio", "server CPU (leader / bare)", "failed calls (leader / bare)")
+    header = ("measure", "remote-leader", "bare grpc.aio", "ratio", "floor", "vs floor", "server CPU (leader / floor / bare)",
+              "failed (leader / bare / floor)")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
