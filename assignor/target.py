@@ -227,7 +227,7 @@ def standby_target(
     costs: CostModel,
     actives: Mapping[TaskId, str],
     num_standby_replicas: int,
-    every_arc: bool | None = None,
+    formulation: str | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
     """``num_standby_replicas`` standbys per stateful task, on distinct clients, none on the active.
 
@@ -270,13 +270,20 @@ def standby_target(
             graph.arc(node, replica_node[client], caps[key, client], 0)
             graph.arc(node, replica_node[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
 
-    # Clients without state are reached through one hub per subtopology; the units each client
-    # receives from it are then dealt to tasks away from each task's active client by a small
-    # exact flow (``_deal_hub_units``). With several standbys per task the dealing cannot keep
-    # one task's standbys apart, so small groups then get an arc from every task to every
-    # client but its active instead, and the flow itself sees every exclusion.
+    # ``hub``: clients without state are reached through one hub per subtopology; the units each
+    # client receives from it are then dealt to tasks away from each task's active client by a
+    # small exact flow (``_deal_hub_units``). ``tree``: when no such dealing exists (one client
+    # runs most of a subtopology), each task enters a segment tree that excludes its active
+    # (``_AllButOneHub``): exact for one standby per task, at O(log n) arcs per active client.
+    # ``every_arc``: with several standbys per task the hubs cannot keep one task's standbys
+    # apart, so small groups get an arc from every task to every client but its active.
     small = len(group.stateful) * len(clients) <= EXACT_STANDBY_ARCS
-    exact = every_arc if every_arc is not None else (per_task >= 2 and small)
+    if formulation is None:
+        formulation = "every_arc" if per_task >= 2 and small else "hub"
+    exact = formulation == "every_arc"
+    trees = {}
+    if formulation == "tree":
+        trees = {key: _AllButOneHub(graph, [key_client_node[key, c] for c in clients]) for key in sorted(counts)}
     position = {client: index for index, client in enumerate(clients)}
     direct: list[tuple[int, TaskId, str]] = []
     via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
@@ -296,7 +303,8 @@ def standby_target(
                 continue
             cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
             direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
-        via_hub[key].append((graph.arc(node, hub[key], per_task, costs.no_state_arc(ranking, task)), task))
+        entry = trees[key].entry(position[active]) if trees else hub[key]
+        via_hub[key].append((graph.arc(node, entry, per_task, costs.no_state_arc(ranking, task)), task))
     graph.supply(sink, -per_task * len(group.stateful))
     graph.solve()
 
@@ -321,10 +329,13 @@ def standby_target(
             for task, amount in hub_tasks:
                 buckets[actives[task]].append((task, amount))
                 buckets_units[position[actives[task]]] += amount
-            dealt = _deal_hub_units(buckets_units, {position[c]: n for c, n in units.items() if n}, len(clients))
-            if dealt is None and small:
-                # No exact dealing (one client runs most of a subtopology): solve with every arc.
-                return standby_target(group, ranking, costs, actives, num_standby_replicas, every_arc=True)
+            if trees:
+                dealt = trees[key].decode(graph)
+            else:
+                dealt = _deal_hub_units(buckets_units, {position[c]: n for c, n in units.items() if n}, len(clients))
+                if dealt is None:
+                    return standby_target(group, ranking, costs, actives, num_standby_replicas,
+                                          formulation="every_arc" if small else "tree")
         else:
             dealt = None
         if dealt is None:  # several standbys per task, or no exact dealing exists: one pool
