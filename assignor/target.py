@@ -123,8 +123,7 @@ def _subtopology_caps(items_by_key: Mapping[object, int], threads: Mapping[str, 
     caps = {}
     for key, count in items_by_key.items():
         for client, t in threads.items():
-            share = Fraction(count * t, capacity)
-            caps[key, client] = -(-share.numerator // share.denominator)
+            caps[key, client] = -(-(count * t) // capacity)
     return caps
 
 
@@ -331,6 +330,8 @@ def standby_target(
                 buckets_units[position[actives[task]]] += amount
             if trees:
                 dealt = trees[key].decode(graph)
+            elif _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives):
+                continue
             else:
                 dealt = _deal_hub_units(buckets_units, {position[c]: n for c, n in units.items() if n}, len(clients))
                 if dealt is None:
@@ -355,6 +356,24 @@ def standby_target(
                         client = dealer.take_by_swap(task, excluded, chosen, actives)
                     chosen[task].append(client)
     return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+
+
+def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> bool:
+    """Deal a subtopology's hub units most-remaining-first, keeping each task off its active;
+    commit and return True only if no unit had to break the flow's counts (then the dealing
+    is exact and the small dealing flow is not needed; it almost always is)."""
+    trial = {task: list(chosen[task]) for task, _ in hub_tasks}
+    trial_load = defaultdict(int, load)
+    dealer = _SlotDealer(units, group, trial_load, ranking)
+    for task, amount in hub_tasks:
+        for _ in range(amount):
+            client = dealer.take({actives[task], *trial[task]})
+            if client is None:
+                return False
+            trial[task].append(client)
+    chosen.update(trial)
+    load.update(trial_load)
+    return True
 
 
 def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, key_client_node, position):
