@@ -365,15 +365,36 @@ def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> b
     trial = {task: list(chosen[task]) for task, _ in hub_tasks}
     trial_load = defaultdict(int, load)
     dealer = _SlotDealer(units, group, trial_load, ranking)
+    dealt: list[tuple[TaskId, str]] = []
     for task, amount in hub_tasks:
         for _ in range(amount):
-            client = dealer.take({actives[task], *trial[task]})
+            excluded = {actives[task], *trial[task]}
+            client = dealer.take(excluded)
             if client is None:
-                return False
+                # Only clients this task may not use have slots left: trade with a task dealt
+                # earlier from the same hub (same price, same subtopology), which keeps the flow's
+                # counts and so its optimum.
+                client = _trade_slot(dealer, excluded, dealt, trial, actives)
+                if client is None:
+                    return False
             trial[task].append(client)
+            dealt.append((task, client))
     chosen.update(trial)
     load.update(trial_load)
     return True
+
+
+def _trade_slot(dealer, excluded, dealt, trial, actives) -> str | None:
+    for slot_client in dealer.clients_with_slots():
+        for index, (other, client) in enumerate(dealt):
+            if client in excluded or slot_client == actives[other] or slot_client in trial[other]:
+                continue
+            dealer.take_slot(slot_client)
+            holders = trial[other]
+            holders[holders.index(client)] = slot_client
+            dealt[index] = (other, slot_client)
+            return client
+    return None
 
 
 def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, key_client_node, position):
@@ -562,6 +583,16 @@ class _SlotDealer:
         if chosen is not None:
             self._load[chosen] += 1
         return chosen
+
+    def clients_with_slots(self) -> list[str]:
+        return sorted(client for client, left in self._remaining.items() if left)
+
+    def take_slot(self, client: str) -> None:
+        """Use one slot of ``client`` for a replica traded onto it."""
+        self._remaining[client] -= 1
+        self._load[client] += 1
+        self._heap = [(-left, c) for c, left in self._remaining.items() if left]
+        heapq.heapify(self._heap)
 
     def take_by_swap(self, task: TaskId, excluded: set[str], chosen: dict[TaskId, list[str]],
                      actives: Mapping[TaskId, str]) -> str:
