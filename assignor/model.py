@@ -8,8 +8,7 @@ assignment is a pure function of them (house style: "Domain model").
 from __future__ import annotations
 
 import enum
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, NamedTuple
@@ -239,9 +238,3 @@ class AssignmentResult:
     def active_owner(self) -> dict[TaskId, str]:
         return {task: cid for cid, ca in self.clients.items() for task in ca.active}
 
-
-def frozen_mapping(items: Mapping | Iterable) -> Mapping:
-    return MappingProxyType(dict(items))
-
-
-UNBOUNDED: Final = math.inf

@@ -48,7 +48,6 @@ MOVE = 10
 SUBTOPOLOGY_EXCESS = 1
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use every arc
-ALL_CLIENTS = -1  # an _AllButOneHub entry that excludes nobody
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,13 +485,10 @@ class _AllButOneHub:
         return nodes
 
     def entry(self, excluded: int) -> int:
-        """The entry point that reaches every client but the ``excluded``-th (all for ALL_CLIENTS)."""
+        """The entry point that reaches every client but the ``excluded``-th."""
         if excluded not in self._entries:
             node = self._graph.node()
-            covered = (
-                self._cover(0, self._count) if excluded == ALL_CLIENTS
-                else self._cover(0, excluded) + self._cover(excluded + 1, self._count)
-            )
+            covered = self._cover(0, excluded) + self._cover(excluded + 1, self._count)
             arcs = [(tree, self._graph.arc(node, self._node[tree], BIG_CAPACITY, 0)) for tree in covered]
             self._entries[excluded] = (node, arcs)
         return self._entries[excluded][0]
