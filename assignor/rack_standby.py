@@ -23,6 +23,7 @@ partner checks keeps adversarial groups fast (``SEARCH_BUDGET``).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 
 import numpy as np
@@ -73,6 +74,10 @@ class _Standbys:
 
     def spread(self, task: int, holder_locs: list[tuple[int, ...]]) -> int:
         active = self.loc[self.active[task]]
+        if len(holder_locs) == 1:
+            # One standby (the common case): a key scores weight + 1 exactly where it shares
+            # the active's value, the general sum below with one holder.
+            return (self.weight + 1) * sum(map(operator.eq, active, holder_locs[0]))
         score = 0
         for key, value in enumerate(active):
             seen = [loc[key] for loc in holder_locs]
@@ -126,7 +131,7 @@ def spread_and_swap_standbys(
         rack_index = index_of(racks)
         client_rack = [rack_index[group.states[c].rack] for c in group.clients]
         client_index = index_of(group.clients)
-        anchored = [frozenset(client_index[c] for c in anchors.get(t, ()) if c in client_index) for t in state.tasks]
+        anchored = [{client_index[c] for c in anchors.get(t, ()) if c in client_index} for t in state.tasks]
         pricing = _Pricing(cross[rows], client_rack, costs, anchored, len(racks))
     for _ in range(MAX_ROUNDS):
         changed = _spread_pass(state)
@@ -198,7 +203,8 @@ class _Pricing:
     """KIP-925 getCost for a standby: traffic per cross-rack partition + non-overlap."""
 
     def __init__(self, cross: np.ndarray, client_rack: list[int], costs: tuple[int, int],
-                 anchored: list[frozenset[int]], racks: int) -> None:
+                 anchored: list[set[int]], racks: int) -> None:
+        self.cross_array = cross
         self.cross = cross.tolist()
         self.client_rack = client_rack
         self.traffic, self.non_overlap = costs
@@ -227,19 +233,25 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
     zones = sorted(set(zone_of))
     changed = False
     slots = _slots_by_zone(state, zone_of)
+    deltas = {zone: _ZoneDeltas(pricing, zone[0], zone_slots) for zone, zone_slots in slots.items()}
     for source in zones:
+        if source not in slots:
+            continue
         for dest in zones:
-            if source[0] == dest[0]:
+            if source[0] == dest[0] or dest not in slots:
                 continue
+            # Prices are fixed, so the cost deltas of a whole zone come at once (numpy); only
+            # candidates that lower the cost get the state checks, as one by one before.
             movers = []
-            for t, c in slots.get(source, ()):
-                delta = pricing.delta(t, c, dest[0])
-                if delta < 0 and c in state.holders[t] and state.spread_if(t, c, dest[1]) <= state.spread_now(t):
+            for delta, t, c in deltas[source].below(dest[0], 0):
+                if c in state.holders[t] and state.spread_if(t, c, dest[1]) <= state.spread_now(t):
                     movers.append((delta, t, c))
             if not movers:
                 continue
             movers.sort()
-            partners = sorted((pricing.delta(u, d, source[0]), u, d) for u, d in slots.get(dest, ())
+            # Partners are met in increasing delta and never past -movers[0][0] (the pairing
+            # below stops there): only that prefix of the sorted list is built.
+            partners = sorted((delta, u, d) for delta, u, d in deltas[dest].below(source[0], -movers[0][0])
                               if d in state.holders[u] and state.spread_if(u, d, source[1]) <= state.spread_now(u))
             used = [False] * len(partners)
             first = 0
@@ -262,6 +274,24 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
                         used[index] = changed = True
                         break
     return changed
+
+
+class _ZoneDeltas:
+    """The standby slots (task, client) of one zone and their ``_Pricing.delta`` toward any rack."""
+
+    def __init__(self, pricing: _Pricing, rack: int, zone_slots: list[tuple[int, int]]) -> None:
+        self.pricing = pricing
+        self.tasks = np.array([t for t, _ in zone_slots], dtype=np.int64)
+        self.clients = np.array([c for _, c in zone_slots], dtype=np.int64)
+        self.rows = pricing.cross_array[self.tasks]
+        anchored = np.array([c in pricing.anchored[t] for t, c in zone_slots], dtype=np.int64)
+        self.base = pricing.non_overlap * anchored - pricing.traffic * self.rows[:, rack]
+
+    def below(self, rack: int, bound: int) -> list[tuple[int, int, int]]:
+        """(delta, task, client) of the slots whose delta toward ``rack`` is below ``bound``, in slot order."""
+        delta = self.pricing.traffic * self.rows[:, rack] + self.base
+        keep = np.flatnonzero(delta < bound)
+        return list(zip(delta[keep].tolist(), self.tasks[keep].tolist(), self.clients[keep].tolist(), strict=True))
 
 
 def _slots_by_zone(state: _Standbys, zone_of: list) -> dict:
