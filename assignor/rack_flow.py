@@ -162,18 +162,23 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     to_holder = np.zeros(count, dtype=np.int64)
     to_holder[third] = graph.flows(holder_arcs)
     to_rack = graph.flows(rack_arcs).reshape(count, racks)
+    # Each class's tasks, in task order, take its flow in turn: target, anchor, holder, then
+    # the rack arcs in rack order (all classes at once: a task's place within its class says
+    # which arc's flow it takes).
     assignment = np.full(tasks, -1, dtype=np.int64)
     via_rack = np.full(tasks, -1, dtype=np.int64)
     members = np.argsort(of_class, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    for cls in range(count):
-        alike = members[bounds[cls]:bounds[cls + 1]]
-        first, second = int(to_target[cls]), int(to_target[cls] + to_anchor[cls])
-        third_end = second + int(to_holder[cls])
-        assignment[alike[:first]] = target[cls]
-        assignment[alike[first:second]] = anchor[cls]
-        assignment[alike[second:third_end]] = holder[cls]
-        via_rack[alike[third_end:]] = np.repeat(np.arange(racks), to_rack[cls])
+    cls = of_class[members]
+    place = np.arange(tasks) - bounds[cls]
+    first = to_target[cls]
+    second = first + to_anchor[cls]
+    third_end = second + to_holder[cls]
+    assignment[members] = np.select([place < first, place < second, place < third_end],
+                                    [target[cls], anchor[cls], holder[cls]], -1)
+    rest = place >= third_end
+    rack_ends = np.cumsum(to_rack, axis=1)[cls[rest]]
+    via_rack[members[rest]] = (rack_ends <= (place[rest] - third_end[rest])[:, None]).sum(axis=1)
     slots_left = graph.flows(spread).reshape(key_count, clients).copy()
     _deal(problem, keys, via_rack, slots_left, assignment)
     return assignment
@@ -211,18 +216,20 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
     turns, one task more or less displaces few others, so a small change moves few tasks.
     """
     waiting: dict[tuple[int, int], list[int]] = {}
-    for task in np.flatnonzero(via_rack >= 0).tolist():
-        rack = int(via_rack[task])
-        key = int(keys[task])
-        placed = False
-        for special in (int(problem.target[task]), int(problem.anchor[task]), int(problem.holders[task])):
-            if special >= 0 and problem.client_rack[special] == rack and slots_left[key, special] > 0:
-                slots_left[key, special] -= 1
+    dealt = np.flatnonzero(via_rack >= 0)
+    client_rack = problem.client_rack.tolist()
+    left = slots_left.tolist()
+    for task, rack, key, *specials in zip(dealt.tolist(), via_rack[dealt].tolist(), keys[dealt].tolist(),
+                                          problem.target[dealt].tolist(), problem.anchor[dealt].tolist(),
+                                          problem.holders[dealt].tolist(), strict=True):
+        for special in specials:
+            if special >= 0 and client_rack[special] == rack and left[key][special] > 0:
+                left[key][special] -= 1
                 assignment[task] = special
-                placed = True
                 break
-        if not placed:
+        else:
             waiting.setdefault((key, rack), []).append(task)
+    slots_left[...] = left
     task_ids = problem.task_ids if problem.task_ids is not None else np.arange(len(keys), dtype=np.uint64)
     client_ids = problem.client_ids if problem.client_ids is not None else np.arange(len(problem.client_rack),
                                                                                       dtype=np.uint64)
@@ -230,14 +237,16 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
         members = np.flatnonzero((problem.client_rack == rack) & (slots_left[key] > 0))
         order = np.argsort(-_mix(task_ids[tasks][:, None] * np.uint64(0x9E3779B97F4A7C15)
                                  ^ client_ids[members][None, :]), axis=1, kind="stable")
-        free = slots_left[key]
+        free = slots_left[key].tolist()
+        member_list = members.tolist()
         for task, preference in zip(tasks, order.tolist(), strict=True):
             for position in preference:
-                client = int(members[position])
+                client = member_list[position]
                 if free[client] > 0:
                     free[client] -= 1
                     assignment[task] = client
                     break
+        slots_left[key] = free
 
 
 def _mix(values: np.ndarray) -> np.ndarray:
