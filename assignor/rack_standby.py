@@ -88,7 +88,10 @@ class _Standbys:
         return self.scores[task]
 
     def spread_if(self, task: int, leaving: int, arriving_loc: tuple[int, ...]) -> int:
-        return self.spread(task, [arriving_loc if c == leaving else self.loc[c] for c in self.holders[task]])
+        holders = self.holders[task]
+        if len(holders) == 1 and holders[0] == leaving:
+            return (self.weight + 1) * sum(map(operator.eq, self.loc[self.active[task]], arriving_loc))
+        return self.spread(task, [arriving_loc if c == leaving else self.loc[c] for c in holders])
 
     def may_take(self, task: int, client: int) -> bool:
         return client != self.active[task] and client not in self.holders[task]
@@ -148,8 +151,9 @@ def _spread_pass(state: _Standbys) -> bool:
     changed = True
     while changed:
         changed = False
+        scores = state.scores
         for task in range(len(state.tasks)):
-            while _improve_spread(state, task):
+            while scores[task] and _improve_spread(state, task):
                 changed = any_change = True
     return any_change
 
