@@ -77,6 +77,13 @@ class TaskSpec:
     changelog_offsets: int | None = None
     partitions: tuple[TopicPartition, ...] = ()
 
+    def cross_rack_partitions(self, rack: str | None) -> int:
+        """Input partitions a client in ``rack`` would read from another rack (KIP-925 getCost);
+        partitions whose racks are unknown, and clients without a rack, count none."""
+        if rack is None:
+            return 0
+        return sum(1 for tp in self.partitions if tp.racks and rack not in tp.racks)
+
 
 @dataclass(frozen=True, slots=True)
 class ClientState:

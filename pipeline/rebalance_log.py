@@ -122,8 +122,8 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
             spec = specs.get(task)
             if spec is not None and spec.stateful and lags.get(task, UNKNOWN) != LATEST and lags.get(task) != 0:
                 restoring += 1
-            if rack is not None and spec is not None:
-                cross_rack += sum(1 for tp in spec.partitions if tp.racks and rack not in tp.racks)
+            if spec is not None:
+                cross_rack += spec.cross_rack_partitions(rack)
         for task in got["standby"] + got["warmup"]:
             if (client_id, task) not in prev_holders:
                 new_replicas += 1

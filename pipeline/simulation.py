@@ -754,14 +754,12 @@ class _Run:
 
     def _cross_rack(self) -> int:
         """Input partitions read by an active on a rack holding no replica of them (KIP-925)."""
-        world, crossing = self.world, 0
-        for client in world.members:
-            rack = world.members[client].rack
-            if rack is None:
-                continue
-            for task in world.assignment[client].active:
-                crossing += sum(1 for tp in world.specs[task].partitions if tp.racks and rack not in tp.racks)
-        return crossing
+        world = self.world
+        return sum(
+            world.specs[task].cross_rack_partitions(world.members[client].rack)
+            for client in world.members
+            for task in world.assignment[client].active
+        )
 
     def _summary(self, settled: bool, settle_at: float | None) -> dict[str, Any]:
         spec = self.spec
