@@ -61,12 +61,9 @@ EVENT_KINDS = ("scale_out", "scale_in", "rolling_restart", "lose_rack")
 LAG_KINDS = ("in_sync", "uniform", "exponential")
 
 
-class InvalidSpec(ValueError):
-    """A run or grid value that cannot be simulated; ``field`` names it."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
+class InvalidSpec(InvalidInput):
+    """A run or grid value that cannot be simulated; ``field`` names it (the assignor's own
+    contract error, so callers handle both alike)."""
 
 
 # ---------------------------------------------------------------- the inputs of one run
