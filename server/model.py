@@ -82,12 +82,14 @@ class SourceTopic:
     name: str
     partition_count: int
     partition_racks: tuple[tuple[int, frozenset[str]], ...] = ()
+    # An index of partition_racks, so that building a group's tasks is linear in partitions.
+    _racks_by_partition: Mapping[int, frozenset[str]] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_racks_by_partition", dict(self.partition_racks))
 
     def racks(self, partition: int) -> frozenset[str]:
-        for number, racks in self.partition_racks:
-            if number == partition:
-                return racks
-        return frozenset()
+        return self._racks_by_partition.get(partition, frozenset())
 
 
 @dataclass(frozen=True, slots=True)
