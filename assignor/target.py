@@ -169,26 +169,30 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
             graph.arc(node, downstream[client], caps[key, client], 0)
             graph.arc(node, downstream[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
 
-    task_nodes = graph.nodes(len(group.specs))
     direct: list[tuple[int, TaskId, str]] = []
     via_hub: dict[tuple[int, bool], list[tuple[int, TaskId]]] = defaultdict(list)
-    for node, (task, spec) in zip(task_nodes, group.specs.items(), strict=True):
-        graph.supply(node, 1)
+    hub_only: dict[tuple[tuple[int, bool], int, int], list[TaskId]] = defaultdict(list)
+    for task, spec in group.specs.items():
         key = _group_key(spec)
         owner = group.prev_active_owner.get(task)
+        holders = ranking.holders[task] if spec.stateful else ()
+        hub_cost = costs.no_state_arc(ranking, task) if spec.stateful else MOVE
+        if owner is None and not holders:
+            hub_only[key, hub[key], hub_cost].append(task)
+            continue
+        node = graph.node()
+        graph.supply(node, 1)
         if spec.stateful:
-            for client in sorted(ranking.holders[task]):
+            for client in sorted(holders):
                 cost = costs.stateful_arc(ranking, task, client, sticky=client == owner)
                 direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
-            if owner is not None and owner not in ranking.holders[task]:
+            if owner is not None and owner not in holders:
                 cost = costs.stateful_arc(ranking, task, owner, sticky=True)
                 direct.append((graph.arc(node, key_client_node[key, owner], 1, cost), task, owner))
-            hub_cost = costs.no_state_arc(ranking, task)
-        else:
-            if owner is not None:
-                direct.append((graph.arc(node, key_client_node[key, owner], 1, 0), task, owner))
-            hub_cost = MOVE
+        elif owner is not None:
+            direct.append((graph.arc(node, key_client_node[key, owner], 1, 0), task, owner))
         via_hub[key].append((graph.arc(node, hub[key], 1, hub_cost), task))
+    hub_classes = _hub_classes(graph, hub_only, units=1)
     graph.supply(sink, -len(group.specs))
     graph.solve()
 
@@ -197,13 +201,27 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
         if graph.flow(arc):
             target[task] = client
     for key in keys:
-        hub_tasks = [task for arc, task in via_hub[key] if graph.flow(arc)]
+        hub_tasks = sorted([task for arc, task in via_hub[key] if graph.flow(arc)] + hub_classes.get(key, []))
         if not hub_tasks:
             continue
         counts = {client: graph.flow(hub_arc[key, client]) for client in clients}
         for task, client in zip(hub_tasks, round_robin(counts, clients), strict=True):
             target[task] = client
     return target
+
+
+def _hub_classes(graph: FlowGraph, hub_only: Mapping[tuple, list[TaskId]], units: int) -> dict:
+    """Tasks whose one way out is the same hub entry at the same price are interchangeable: a
+    class of them is one node with their summed supply, so the graph grows with reported state
+    and previous owners, not with tasks. ``hub_only`` maps (key, entry node, price) to tasks;
+    all of a class's units leave by its one arc, so every task of it is a hub task of its key."""
+    tasks_of: dict = defaultdict(list)
+    for (key, entry, cost), tasks in hub_only.items():
+        node = graph.node()
+        graph.supply(node, units * len(tasks))
+        graph.arc(node, entry, units * len(tasks), cost)
+        tasks_of[key].extend(tasks)
+    return tasks_of
 
 
 def round_robin(counts: Mapping[str, int], clients: Sequence[str]) -> list[str]:
@@ -285,24 +303,36 @@ def standby_target(
     position = {client: index for index, client in enumerate(clients)}
     direct: list[tuple[int, TaskId, str]] = []
     via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
-    task_nodes = graph.nodes(len(group.stateful))
-    graph.supplies(task_nodes, per_task)
+    hub_only: dict[tuple[int, int, int], list[TaskId]] = defaultdict(list)
     if exact:
+        task_nodes = graph.nodes(len(group.stateful))
+        graph.supplies(task_nodes, per_task)
         all_arcs, allowed = _every_standby_arc(group, ranking, costs, actives, graph, task_nodes,
                                                key_client_node, position)
-    for node, task in zip(task_nodes, group.stateful, strict=True):
-        if exact:
-            break
+    for task in () if exact else group.stateful:
         key = task.subtopology
         active = actives[task]
-        previous = group.prev_standby_holders.get(task, frozenset()) | {group.prev_active_owner.get(task)}
-        for client in sorted(ranking.holders[task].keys() | (previous - {None})):
-            if client == active or client not in group.threads:
+        entry = trees[key].entry(position[active]) if trees else hub[key]
+        hub_cost = costs.no_state_arc(ranking, task)
+        owner = group.prev_active_owner.get(task)
+        previous = group.prev_standby_holders.get(task, frozenset())
+        candidates = ranking.holders[task].keys() | previous
+        if owner is not None:
+            candidates.add(owner)
+            previous = previous | {owner}
+        candidates.discard(active)
+        if not candidates:
+            hub_only[key, entry, hub_cost].append(task)
+            continue
+        node = graph.node()
+        graph.supply(node, per_task)
+        for client in sorted(candidates):
+            if client not in group.threads:
                 continue
             cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
             direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
-        entry = trees[key].entry(position[active]) if trees else hub[key]
-        via_hub[key].append((graph.arc(node, entry, per_task, costs.no_state_arc(ranking, task)), task))
+        via_hub[key].append((graph.arc(node, entry, per_task, hub_cost), task))
+    hub_classes = _hub_classes(graph, hub_only, units=per_task)
     graph.supply(sink, -per_task * len(group.stateful))
     graph.solve()
 
@@ -318,9 +348,11 @@ def standby_target(
     for holders in chosen.values():
         for client in holders:
             load[client] += 1
-    for key, entries in sorted(via_hub.items()):
+    for key in sorted(via_hub.keys() | hub_classes.keys()):
+        entries = via_hub.get(key, ())
         units = {client: graph.flow(hub_arc[key, client]) for client in clients}
-        hub_tasks = [(task, graph.flow(arc)) for arc, task in entries if graph.flow(arc)]
+        hub_tasks = sorted([(task, graph.flow(arc)) for arc, task in entries if graph.flow(arc)]
+                           + [(task, per_task) for task in hub_classes.get(key, ())])
         buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
         if per_task == 1:
             buckets_units: dict[int, int] = defaultdict(int)
