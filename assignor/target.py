@@ -117,13 +117,38 @@ def restoration_cost(group: Group, ranking: Ranking, actives: Mapping[TaskId, st
     return sum(TIER_COST[tier_of(ranking.rank(task, actives[task]))] for task in group.stateful)
 
 
-def _subtopology_caps(items_by_key: Mapping[object, int], threads: Mapping[str, int]) -> dict:
-    capacity = sum(threads.values())
-    caps = {}
-    for key, count in items_by_key.items():
-        for client, t in threads.items():
-            caps[key, client] = -(-(count * t) // capacity)
-    return caps
+class _SubtopologyHubs:
+    """Per subtopology key, a hub from which flow reaches any client through a (key, client)
+    node that counts the key's replicas there: free up to the soft cap ceil(S[j] * t_c / T),
+    SUBTOPOLOGY_EXCESS per replica above it (KIP-441 "Defining balance", subtopology balance).
+    Built in bulk: one (key, client) node and three arcs per pair."""
+
+    def __init__(self, graph: FlowGraph, counts: Mapping, clients: Sequence[str], threads: Mapping[str, int],
+                 downstream) -> None:
+        thread_counts = np.array([threads[c] for c in clients], dtype=np.int64)
+        capacity = int(thread_counts.sum())
+        self.hub: dict = {}
+        self._node: dict = {}
+        self._arcs: dict = {}
+        self._clients = clients
+        for key in sorted(counts):
+            self.hub[key] = graph.node()
+            nodes = np.asarray(graph.nodes(len(clients)), dtype=np.int64)
+            self._arcs[key] = graph.arcs(self.hub[key], nodes, BIG_CAPACITY, 0)
+            heads = downstream(key)
+            graph.arcs(nodes, heads, -(-(counts[key] * thread_counts) // capacity), 0)
+            graph.arcs(nodes, heads, BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            self._node[key] = dict(zip(clients, nodes.tolist(), strict=True))
+
+    def node(self, key, client: str) -> int:
+        return self._node[key][client]
+
+    def nodes(self, key) -> list[int]:
+        return list(self._node[key].values())
+
+    def units(self, graph: FlowGraph, key) -> dict[str, int]:
+        """How many of the key's hub replicas each client received."""
+        return dict(zip(self._clients, graph.flows(self._arcs[key]).tolist(), strict=True))
 
 
 def _group_key(spec: TaskSpec) -> tuple[int, bool]:
@@ -151,24 +176,14 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
         graph.arc(stateful_node[client], client_node[client], s.ceiling - s.floor, 0)
         graph.arc(stateful_node[client], client_node[client], BIG_CAPACITY, OVER_CEILING)
 
-    keys = sorted({_group_key(spec) for spec in group.specs.values()})
     counts: dict[tuple[int, bool], int] = defaultdict(int)
     for spec in group.specs.values():
         counts[_group_key(spec)] += 1
-    caps = _subtopology_caps(counts, group.threads)
-    key_client_node = {}
-    hub = {}
-    hub_arc = {}
-    for key in keys:
-        hub[key] = graph.node()
-        downstream = stateful_node if key[1] else client_node
-        for client in clients:
-            node = graph.node()
-            key_client_node[key, client] = node
-            hub_arc[key, client] = graph.arc(hub[key], node, BIG_CAPACITY, 0)
-            graph.arc(node, downstream[client], caps[key, client], 0)
-            graph.arc(node, downstream[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
-
+    keys = sorted(counts)
+    client_nodes = np.array([client_node[c] for c in clients], dtype=np.int64)
+    stateful_nodes = np.array([stateful_node[c] for c in clients], dtype=np.int64)
+    hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
+                            lambda key: stateful_nodes if key[1] else client_nodes)
     direct: list[tuple[int, TaskId, str]] = []
     via_hub: dict[tuple[int, bool], list[tuple[int, TaskId]]] = defaultdict(list)
     hub_only: dict[tuple[tuple[int, bool], int, int], list[TaskId]] = defaultdict(list)
@@ -178,20 +193,20 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
         holders = ranking.holders[task] if spec.stateful else ()
         hub_cost = costs.no_state_arc(ranking, task) if spec.stateful else MOVE
         if owner is None and not holders:
-            hub_only[key, hub[key], hub_cost].append(task)
+            hub_only[key, hubs.hub[key], hub_cost].append(task)
             continue
         node = graph.node()
         graph.supply(node, 1)
         if spec.stateful:
             for client in sorted(holders):
                 cost = costs.stateful_arc(ranking, task, client, sticky=client == owner)
-                direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
+                direct.append((graph.arc(node, hubs.node(key, client), 1, cost), task, client))
             if owner is not None and owner not in holders:
                 cost = costs.stateful_arc(ranking, task, owner, sticky=True)
-                direct.append((graph.arc(node, key_client_node[key, owner], 1, cost), task, owner))
+                direct.append((graph.arc(node, hubs.node(key, owner), 1, cost), task, owner))
         elif owner is not None:
-            direct.append((graph.arc(node, key_client_node[key, owner], 1, 0), task, owner))
-        via_hub[key].append((graph.arc(node, hub[key], 1, hub_cost), task))
+            direct.append((graph.arc(node, hubs.node(key, owner), 1, 0), task, owner))
+        via_hub[key].append((graph.arc(node, hubs.hub[key], 1, hub_cost), task))
     hub_classes = _hub_classes(graph, hub_only, units=1)
     graph.supply(sink, -len(group.specs))
     graph.solve()
@@ -204,7 +219,7 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
         hub_tasks = sorted([task for arc, task in via_hub[key] if graph.flow(arc)] + hub_classes.get(key, []))
         if not hub_tasks:
             continue
-        counts = {client: graph.flow(hub_arc[key, client]) for client in clients}
+        counts = hubs.units(graph, key)
         for task, client in zip(hub_tasks, round_robin(counts, clients), strict=True):
             target[task] = client
     return target
@@ -273,18 +288,8 @@ def standby_target(
     counts: dict[int, int] = defaultdict(int)
     for task in group.stateful:
         counts[task.subtopology] += per_task
-    caps = _subtopology_caps(counts, group.threads)
-    key_client_node = {}
-    hub = {}
-    hub_arc = {}
-    for key in sorted(counts):
-        hub[key] = graph.node()
-        for client in clients:
-            node = graph.node()
-            key_client_node[key, client] = node
-            hub_arc[key, client] = graph.arc(hub[key], node, BIG_CAPACITY, 0)
-            graph.arc(node, replica_node[client], caps[key, client], 0)
-            graph.arc(node, replica_node[client], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+    replica_nodes = np.array([replica_node[c] for c in clients], dtype=np.int64)
+    hubs = _SubtopologyHubs(graph, counts, clients, group.threads, lambda key: replica_nodes)
 
     # ``hub``: clients without state are reached through one hub per subtopology; the units each
     # client receives from it are then dealt to tasks away from each task's active client by a
@@ -299,7 +304,7 @@ def standby_target(
     exact = formulation == "every_arc"
     trees = {}
     if formulation == "tree":
-        trees = {key: _AllButOneHub(graph, [key_client_node[key, c] for c in clients]) for key in sorted(counts)}
+        trees = {key: _AllButOneHub(graph, hubs.nodes(key)) for key in sorted(counts)}
     position = {client: index for index, client in enumerate(clients)}
     direct: list[tuple[int, TaskId, str]] = []
     via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
@@ -308,11 +313,11 @@ def standby_target(
         task_nodes = graph.nodes(len(group.stateful))
         graph.supplies(task_nodes, per_task)
         all_arcs, allowed = _every_standby_arc(group, ranking, costs, actives, graph, task_nodes,
-                                               key_client_node, position)
+                                               hubs, position)
     for task in () if exact else group.stateful:
         key = task.subtopology
         active = actives[task]
-        entry = trees[key].entry(position[active]) if trees else hub[key]
+        entry = trees[key].entry(position[active]) if trees else hubs.hub[key]
         hub_cost = costs.no_state_arc(ranking, task)
         owner = group.prev_active_owner.get(task)
         previous = group.prev_standby_holders.get(task, frozenset())
@@ -330,7 +335,7 @@ def standby_target(
             if client not in group.threads:
                 continue
             cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
-            direct.append((graph.arc(node, key_client_node[key, client], 1, cost), task, client))
+            direct.append((graph.arc(node, hubs.node(key, client), 1, cost), task, client))
         via_hub[key].append((graph.arc(node, entry, per_task, hub_cost), task))
     hub_classes = _hub_classes(graph, hub_only, units=per_task)
     graph.supply(sink, -per_task * len(group.stateful))
@@ -350,7 +355,7 @@ def standby_target(
             load[client] += 1
     for key in sorted(via_hub.keys() | hub_classes.keys()):
         entries = via_hub.get(key, ())
-        units = {client: graph.flow(hub_arc[key, client]) for client in clients}
+        units = hubs.units(graph, key)
         hub_tasks = sorted([(task, graph.flow(arc)) for arc, task in entries if graph.flow(arc)]
                            + [(task, per_task) for task in hub_classes.get(key, ())])
         buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
@@ -428,7 +433,7 @@ def _trade_slot(dealer, excluded, dealt, trial, actives) -> str | None:
     return None
 
 
-def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, key_client_node, position):
+def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, hubs, position):
     """Small groups: an arc from every stateful task to every client but its active, priced in
     bulk (a cost matrix, corrected where a client reports state or held the task before)."""
     clients = group.clients
@@ -444,7 +449,7 @@ def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, key_cl
                 cost[row, position[client]] = costs.stateful_arc(ranking, task, client, sticky=client in previous)
     keys = sorted({task.subtopology for task in group.stateful})
     key_row = {key: index for index, key in enumerate(keys)}
-    heads = np.array([[key_client_node[key, client] for client in clients] for key in keys], dtype=np.int64)
+    heads = np.array([hubs.nodes(key) for key in keys], dtype=np.int64)
     task_key = np.array([key_row[task.subtopology] for task in group.stateful], dtype=np.int64)
     flat = np.flatnonzero(allowed.ravel())
     tails = np.asarray(task_nodes, dtype=np.int64)[flat // columns]
