@@ -75,8 +75,10 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
 
     costs = CostModel(lag_aware=True)
     balanced = active_target(group, ranking, costs)
-    actives, report = rack_aware.optimize_actives(group, balanced, config, ranking)
-    if report.enabled and restoration_cost(group, ranking, actives) > restoration_cost(group, ranking, balanced):
+    view = rack_aware.RackView.of(group, config)
+    actives, report = rack_aware.optimize_actives(group, balanced, config, ranking, view)
+    moved = [task for task in group.stateful if actives[task] != balanced[task]]
+    if report.enabled and restoration_cost(ranking, actives, moved) > restoration_cost(ranking, balanced, moved):
         # Rack awareness may reshape the target among placements that are ready, but never
         # make more of it wait for restoration than the lag-aware target: that quantity must
         # fall from round to round for probing rebalances to stop (docs/assignor.md).
@@ -85,7 +87,7 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
                          disabled_reason="postponed: rack-aware placement would need more restoration "
                                          "than the lag-aware target; it applies once replicas have caught up")
     standbys = standby_target(group, ranking, costs, actives, config.num_standby_replicas)
-    standbys = rack_aware.optimize_standbys(group, actives, standbys, config, ranking)
+    standbys = rack_aware.optimize_standbys(group, actives, standbys, config, ranking, view)
 
     placement = _Placement()
     requests: list[_WarmupRequest] = []
@@ -183,6 +185,8 @@ def _most_caught_up(group: Group, ranking: Ranking, task: TaskId, prefer: Sequen
 
 def _caught_up_substitute(group: Group, ranking: Ranking, task: TaskId, excluded: set[str]) -> str | None:
     holders = ranking.holders[task]
+    if ranking.absent[task] and 0 not in holders.values():
+        return None  # nobody is caught up (the common case of a fresh or restoring task)
     previous = group.prev_standby_holders.get(task, frozenset())
     candidates = [c for c, rank in holders.items() if rank == 0 and c not in excluded]
     if ranking.absent[task] == 0:  # unlogged state only: every client without a report is caught up

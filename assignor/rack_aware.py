@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -79,8 +80,31 @@ def cross_rack_matrix(group: Group, tasks: tuple[TaskId, ...], racks: list[str])
     return cross
 
 
+@dataclass(frozen=True, slots=True)
+class RackView:
+    """What rack awareness needs to know of one group, worked out once per assignment: why it
+    stands down ("" when it runs), the racks, and the cross-rack partition counts of the
+    stateful and of the stateless tasks (rows in ``Group`` order, columns in ``racks`` order)."""
+
+    reason: str
+    racks: list[str]
+    stateful_cross: np.ndarray
+    stateless_cross: np.ndarray
+
+    @classmethod
+    def of(cls, group: Group, config: AssignmentConfig) -> RackView:
+        reason = stand_down_reason(group, config)
+        if reason:
+            empty = np.zeros((0, 0), dtype=np.int64)
+            return cls(reason, [], empty, empty)
+        racks = sorted({group.states[c].rack for c in group.clients})
+        return cls(reason, racks, cross_rack_matrix(group, group.stateful, racks),
+                   cross_rack_matrix(group, group.stateless, racks))
+
+
 def optimize_actives(
-    group: Group, actives: Mapping[TaskId, str], config: AssignmentConfig, ranking: Ranking | None = None
+    group: Group, actives: Mapping[TaskId, str], config: AssignmentConfig, ranking: Ranking | None = None,
+    view: RackView | None = None,
 ) -> tuple[dict[TaskId, str], RackAwareReport]:
     """Reshape the balanced active target to cut cross-rack traffic, keeping each client's count.
 
@@ -89,16 +113,16 @@ def optimize_actives(
     per subtopology within each.
     """
     strategy = config.rack_aware_strategy
-    reason = stand_down_reason(group, config)
-    if reason:
-        return dict(actives), RackAwareReport(strategy=strategy, enabled=False, disabled_reason=reason)
-    racks = sorted({group.states[c].rack for c in group.clients})
+    view = view or RackView.of(group, config)
+    if view.reason:
+        return dict(actives), RackAwareReport(strategy=strategy, enabled=False, disabled_reason=view.reason)
     result = dict(actives)
     before = after = 0
-    for tasks, costs in ((group.stateful, stateful_costs(config)), (group.stateless, STATELESS_COSTS)):
+    for tasks, costs, cross in ((group.stateful, stateful_costs(config), view.stateful_cross),
+                                (group.stateless, STATELESS_COSTS, view.stateless_cross)):
         if not tasks:
             continue
-        problem = placement_problem(group, actives, config, tasks, racks, costs, ranking)
+        problem = placement_problem(group, actives, config, tasks, view.racks, costs, ranking, cross)
         assignment = solve_compressed(problem)
         rows = np.arange(len(tasks))
         before += int(problem.cross[rows, problem.client_rack[problem.target]].sum())
@@ -117,6 +141,7 @@ def placement_problem(
     racks: list[str],
     costs: tuple[int, int],
     ranking: Ranking | None = None,
+    cross: np.ndarray | None = None,
 ) -> PlacementProblem:
     """The flow problem of one kind of active (stateful or stateless), by indices.
 
@@ -151,7 +176,7 @@ def placement_problem(
         keys = np.array([subtopologies[t.subtopology] for t in tasks], dtype=np.int64)
         caps = subtopology_caps(keys, slots)
     return PlacementProblem(
-        cross=cross_rack_matrix(group, tasks, racks),
+        cross=cross_rack_matrix(group, tasks, racks) if cross is None else cross,
         client_rack=client_rack,
         slots=slots,
         target=target,
@@ -173,13 +198,14 @@ def optimize_standbys(
     standbys: Mapping[TaskId, tuple[str, ...]],
     config: AssignmentConfig,
     ranking: Ranking | None = None,
+    view: RackView | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
     """Spread standbys over racks and tags, then trade them for less traffic (KIP-925 C, KIP-708).
 
     Where replicas must differ: by ``rack_aware_assignment_tags`` when configured (KIP-925
     D.IV: tags carry more than ``client.rack``, and KIP-708 works without a rack strategy),
     else by rack when a strategy is set and every client has a rack. Traffic swaps run only
-    when rack-aware placement itself runs (``stand_down_reason`` is empty).
+    when rack-aware placement itself runs (``RackView.reason`` is empty).
     """
     tags = config.rack_aware_assignment_tags
     racks_known = all(group.states[c].rack is not None for c in group.clients)
@@ -191,9 +217,9 @@ def optimize_standbys(
     else:
         location = {c: (group.states[c].rack,) for c in group.clients}
     traffic = None
-    if not stand_down_reason(group, config):
-        racks = sorted({group.states[c].rack for c in group.clients})
-        traffic = (cross_rack_matrix(group, group.stateful, racks), racks, stateful_costs(config))
+    view = view or RackView.of(group, config)
+    if not view.reason:
+        traffic = (view.stateful_cross, view.racks, stateful_costs(config))
     if config.assignor == AssignorKind.STICKY:
         anchors = {t: group.prev_standby_holders.get(t, frozenset()) for t in group.stateful}
     else:

@@ -35,9 +35,10 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     ranking = rank_clients(tasks, clients, config.acceptable_recovery_lag)
     costs = CostModel(lag_aware=False)
     actives = active_target(group, ranking, costs)
-    actives, report = rack_aware.optimize_actives(group, actives, config)
+    view = rack_aware.RackView.of(group, config)
+    actives, report = rack_aware.optimize_actives(group, actives, config, view=view)
     standbys = standby_target(group, ranking, costs, actives, config.num_standby_replicas)
-    standbys = rack_aware.optimize_standbys(group, actives, standbys, config)
+    standbys = rack_aware.optimize_standbys(group, actives, standbys, config, view=view)
 
     reasons = []
     per_client: dict[str, tuple[list, list]] = {c: ([], []) for c in group.clients}

@@ -111,10 +111,11 @@ class CostModel:
         return tier + MOVE
 
 
-def restoration_cost(group: Group, ranking: Ranking, actives: Mapping[TaskId, str]) -> int:
-    """The target's restoration potential: the tier cost of every stateful active placed on a
-    client that is not caught up (docs/assignor.md, "Convergence")."""
-    return sum(TIER_COST[tier_of(ranking.rank(task, actives[task]))] for task in group.stateful)
+def restoration_cost(ranking: Ranking, actives: Mapping[TaskId, str], tasks: Sequence[TaskId]) -> int:
+    """The restoration potential of ``tasks`` in a target: the tier cost of each stateful active
+    placed on a client that is not caught up (docs/assignor.md, "Convergence"). Two targets
+    compare on the tasks where they differ."""
+    return sum(TIER_COST[tier_of(ranking.rank(task, actives[task]))] for task in tasks)
 
 
 class _SubtopologyHubs:
