@@ -220,11 +220,9 @@ def optimize_standbys(
     view = view or RackView.of(group, config)
     if not view.reason:
         traffic = (view.stateful_cross, view.racks, stateful_costs(config))
-    if config.assignor == AssignorKind.STICKY:
-        anchors = {t: group.prev_standby_holders.get(t, frozenset()) for t in group.stateful}
-    else:
-        anchors = {t: frozenset(standbys.get(t, ())) for t in group.stateful}
+    anchors = group.prev_standby_holders if config.assignor == AssignorKind.STICKY else standbys
     caught_up = None
     if ranking is not None:
-        caught_up = {t: frozenset(c for c, rank in ranking.holders[t].items() if rank == 0) for t in group.stateful}
+        caught_up = {t: frozenset(c for c, rank in ranks.items() if rank == 0)
+                     for t, ranks in ranking.holders.items() if 0 in ranks.values()}
     return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic, caught_up)

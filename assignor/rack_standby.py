@@ -24,7 +24,7 @@ partner checks keeps adversarial groups fast (``SEARCH_BUDGET``).
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -60,8 +60,10 @@ class _Standbys:
         self.weight = max((len(h) for h in self.holders), default=0) + 1
         self.budget = SEARCH_BUDGET
         self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
+        nobody: frozenset[int] = frozenset()
         self.ready = None if caught_up is None else [
-            frozenset(client_index[c] for c in caught_up.get(t, ()) if c in client_index) for t in self.tasks
+            frozenset(client_index[c] for c in caught_up[t] if c in client_index) if t in caught_up else nobody
+            for t in self.tasks
         ]
 
     def restores_more(self, task: int, client: int, other: int, other_client: int) -> bool:
@@ -118,7 +120,7 @@ def spread_and_swap_standbys(
     actives: Mapping[TaskId, str],
     standbys: Mapping[TaskId, tuple[str, ...]],
     location: Mapping[str, tuple[str, ...]],
-    anchors: Mapping[TaskId, frozenset[str]],
+    anchors: Mapping[TaskId, Collection[str]],
     traffic: tuple[np.ndarray, list[str], tuple[int, int]] | None,
     caught_up: Mapping[TaskId, frozenset[str]] | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
