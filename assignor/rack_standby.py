@@ -60,6 +60,10 @@ class _Standbys:
         self.weight = max((len(h) for h in self.holders), default=0) + 1
         self.budget = SEARCH_BUDGET
         self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
+        # For whole zones at once (``_ZoneDeltas``): each task's active location, and whether it
+        # has one standby (swaps keep every task's count, so this never changes).
+        self.active_loc = np.array([self.loc[a] for a in self.active], dtype=np.int64).reshape(len(self.tasks), -1)
+        self.single = np.array([len(h) == 1 for h in self.holders], dtype=bool)
         nobody: frozenset[int] = frozenset()
         self.ready = None if caught_up is None else [
             frozenset(client_index[c] for c in caught_up[t] if c in client_index) if t in caught_up else nobody
@@ -239,7 +243,7 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
     zones = sorted(set(zone_of))
     changed = False
     slots = _slots_by_zone(state, zone_of)
-    deltas = {zone: _ZoneDeltas(pricing, zone[0], zone_slots) for zone, zone_slots in slots.items()}
+    deltas = {zone: _ZoneDeltas(pricing, state, zone, zone_slots) for zone, zone_slots in slots.items()}
     for source in zones:
         if source not in slots:
             continue
@@ -248,17 +252,13 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
                 continue
             # Prices are fixed, so the cost deltas of a whole zone come at once (numpy); only
             # candidates that lower the cost get the state checks, as one by one before.
-            movers = []
-            for delta, t, c in deltas[source].below(dest[0], 0):
-                if c in state.holders[t] and state.spread_if(t, c, dest[1]) <= state.spread_now(t):
-                    movers.append((delta, t, c))
+            movers = deltas[source].movable(state, dest, 0)
             if not movers:
                 continue
             movers.sort()
             # Partners are met in increasing delta and never past -movers[0][0] (the pairing
             # below stops there): only that prefix of the sorted list is built.
-            partners = sorted((delta, u, d) for delta, u, d in deltas[dest].below(source[0], -movers[0][0])
-                              if d in state.holders[u] and state.spread_if(u, d, source[1]) <= state.spread_now(u))
+            partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
             used = [False] * len(partners)
             first = 0
             for delta_t, task, client in movers:
@@ -285,19 +285,37 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
 class _ZoneDeltas:
     """The standby slots (task, client) of one zone and their ``_Pricing.delta`` toward any rack."""
 
-    def __init__(self, pricing: _Pricing, rack: int, zone_slots: list[tuple[int, int]]) -> None:
+    def __init__(self, pricing: _Pricing, state: _Standbys, zone: tuple, zone_slots: list[tuple[int, int]]) -> None:
+        rack, location = zone
         self.pricing = pricing
         self.tasks = np.array([t for t, _ in zone_slots], dtype=np.int64)
         self.clients = np.array([c for _, c in zone_slots], dtype=np.int64)
         self.rows = pricing.cross_array[self.tasks]
         anchored = np.array([c in pricing.anchored[t] for t, c in zone_slots], dtype=np.int64)
         self.base = pricing.non_overlap * anchored - pricing.traffic * self.rows[:, rack]
+        self.active_loc = state.active_loc[self.tasks]
+        self.single = state.single[self.tasks]
+        self.shared_here = (self.active_loc == np.array(location, dtype=np.int64)).sum(axis=1)
 
-    def below(self, rack: int, bound: int) -> list[tuple[int, int, int]]:
-        """(delta, task, client) of the slots whose delta toward ``rack`` is below ``bound``, in slot order."""
-        delta = self.pricing.traffic * self.rows[:, rack] + self.base
-        keep = np.flatnonzero(delta < bound)
-        return list(zip(delta[keep].tolist(), self.tasks[keep].tolist(), self.clients[keep].tolist(), strict=True))
+    def movable(self, state: _Standbys, dest: tuple, bound: int) -> list[tuple[int, int, int]]:
+        """(delta, task, client) of the slots still held whose delta toward the ``dest`` zone is
+        below ``bound`` and whose task's spread would not get worse there, in slot order.
+
+        A task with one standby in this zone shares ``shared_here`` location values with its
+        active; its spread is not worse at ``dest`` exactly when it shares no more there, so
+        those are judged for the whole zone at once; tasks with several standbys one by one.
+        """
+        dest_rack, dest_location = dest
+        delta = self.pricing.traffic * self.rows[:, dest_rack] + self.base
+        shared_there = (self.active_loc == np.array(dest_location, dtype=np.int64)).sum(axis=1)
+        keep = np.flatnonzero((delta < bound) & (~self.single | (shared_there <= self.shared_here)))
+        holders, single = state.holders, self.single[keep].tolist()
+        return [
+            (d, t, c)
+            for d, t, c, one in zip(delta[keep].tolist(), self.tasks[keep].tolist(), self.clients[keep].tolist(),
+                                    single, strict=True)
+            if c in holders[t] and (one or state.spread_if(t, c, dest_location) <= state.spread_now(t))
+        ]
 
 
 def _slots_by_zone(state: _Standbys, zone_of: list) -> dict:
