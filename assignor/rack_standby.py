@@ -62,7 +62,7 @@ class _Standbys:
         self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
         # For whole zones at once (``_ZoneDeltas``): each task's active location, and whether it
         # has one standby (swaps keep every task's count, so this never changes).
-        self.active_loc = np.array([self.loc[a] for a in self.active], dtype=np.int64).reshape(len(self.tasks), -1)
+        self.active_loc = np.array([self.loc[a] for a in self.active], dtype=np.int64).reshape(len(self.tasks), len(values))
         self.single = np.array([len(h) == 1 for h in self.holders], dtype=bool)
         nobody: frozenset[int] = frozenset()
         self.ready = None if caught_up is None else [
