@@ -59,6 +59,7 @@ class _Standbys:
         self.cursor = dict.fromkeys(self.classes, 0)
         self.weight = max((len(h) for h in self.holders), default=0) + 1
         self.budget = SEARCH_BUDGET
+        self.swapped: set[int] = set()
         self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
         # For whole zones at once (``_ZoneDeltas``): each task's active location, and whether it
         # has one standby (swaps keep every task's count, so this never changes).
@@ -111,11 +112,13 @@ class _Standbys:
             self.on_client[leave].discard(who)
             self.on_client[arrive].add(who)
             self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
+            self.swapped.add(who)
 
     def result(self, standbys: Mapping[TaskId, tuple[str, ...]]) -> dict[TaskId, tuple[str, ...]]:
+        """The input with the swapped tasks' standbys replaced (in client order)."""
         out = dict(standbys)
-        for task, holders in zip(self.tasks, self.holders, strict=True):
-            out[task] = tuple(self.clients[c] for c in holders)
+        for task in self.swapped:
+            out[self.tasks[task]] = tuple(self.clients[c] for c in self.holders[task])
         return out
 
 
