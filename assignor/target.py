@@ -322,11 +322,10 @@ def standby_target(
         hub_cost = costs.no_state_arc(ranking, task)
         owner = group.prev_active_owner.get(task)
         previous = group.prev_standby_holders.get(task, frozenset())
-        candidates = ranking.holders[task].keys() | previous
         if owner is not None:
-            candidates.add(owner)
             previous = previous | {owner}
-        candidates.discard(active)
+        holders = ranking.holders[task]
+        candidates = (holders.keys() | previous) - {active} if holders or previous else ()
         if not candidates:
             hub_only[key, entry, hub_cost].append(task)
             continue
