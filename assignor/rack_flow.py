@@ -2,26 +2,48 @@
 
 The rack-aware step (``assignor.rack_aware``) hands this module a ``PlacementProblem``: tasks
 with their cross-rack partition counts per rack, clients with a rack and a fixed number of
-slots (the balanced target's counts), each task's *target* client and *anchor* client (the
+slots (the balanced target's counts), each task's *target* client, *anchor* client (the
 client the non-overlap cost of KIP-925 4.B.III refers to: the target with the
-high-availability assignor, the previous owner with the sticky one, KIP-925 "Summary").
+high-availability assignor, the previous owner with the sticky one, KIP-925 "Summary") and
+*holder* (a client already restoring it, if any).
 
 The price of task t on client c, in the order of priority the solver sees it:
 
-    TIE_SCALE * (traffic * cross[t][rack(c)] + non_overlap * [c != anchor(t)]) + [c != target(t)]
+    tie_scale * (traffic * cross[t][rack(c)] + non_overlap * [c != anchor(t)])
+      + miss_scale * (2 * [c != target(t)] + [c != holder(t)]) + perturbation
 
-``TIE_SCALE`` exceeds the number of tasks, so the last term only breaks ties between
+Each scale exceeds every sum of the lower terms, so the misses only break ties between
 placements of equal KIP-925 cost, in favour of the balanced target (stability when the
-configured non-overlap cost is 0, as for stateless tasks).
+configured non-overlap cost is 0, as for stateless tasks), and the perturbation only ties
+between those.
 
 Why the compressed graph is exact (docs/rack-awareness.md has the long form): besides its
-target and anchor, every client of rack r prices task t the same, so a task needs one arc
-per rack (at that common price) plus one direct arc per special client (at its exact, lower
-price). Every assignment of the full bipartite graph is a flow here of the same cost, and
-every flow here decomposes into an assignment whose cost is at most the flow's (a task that
-reaches its own special client through the rack node pays less than the flow says). Hence
-the optimal costs are equal. ``solve_full`` builds the KIP's own graph (every task to every
-client) so that tests and benchmarks can check this on real instances.
+*special* clients (target, anchor, holder), every client of rack r prices task t the same,
+the *generic* price (``traffic * cross[t][r] + non_overlap``, 3 misses). Tasks alike in every
+price form a *row*. Rows whose only special client is their target (anchor and holder none
+or the target, as every task of a fresh group) and
+that share subtopology and cross-rack counts form one *class*: their rack arcs are priced
+alike, they differ only in where they may stay. Any other row is a class of its own. A class
+node has one arc per rack at the generic price; each of its rows has a direct arc to each of
+its special clients at the exact, lower price, with the row's size as capacity.
+
+- Every assignment is a flow of the same cost: a task on one of its special clients takes its
+  row's direct arc, any other its class's arc to the client's rack.
+- Every flow decomposes into an assignment costing at most the flow's cost: each row's tasks
+  take the units of its direct arcs in turn (there are enough of them: a one-special-client
+  row has one direct arc, of capacity its size; a row with several is a class of its own,
+  whose supply is its size); the class's remaining tasks, as many as its rack arcs' units,
+  take those in any pairing, the generic price being each one's price there; and a task that
+  reaches one of its special clients through a rack node pays less than the flow says.
+
+Hence the optimal costs are equal. ``solve_full`` builds the KIP's own graph (every task to
+every client) so that tests and benchmarks can check this on real instances.
+
+The last tie-break, a fixed pseudo-random price in [0, ``PERTURBATION``) per (class, rack) on
+rack arcs and per row on the stay arcs of one-special-client rows, makes the optimum unique
+(almost always). A unit of flow crosses at most one perturbed arc, so the perturbations of a
+flow sum to less than ``miss_scale``; as the other terms are multiples of ``miss_scale``, a
+minimum-cost flow is also minimal without them, and the argument above carries over.
 
 KIP-925 4.B.II (balance_subtopology) adds a (subtopology, client) layer whose arcs into the
 client carry the cap ceil(S[j] * C[i] / N). A feasible flow always exists (the KIP's open
@@ -31,6 +53,7 @@ transportation plan within the caps, and transportation polytopes have integral 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +62,9 @@ import numpy as np
 from assignor.flow import FlowGraph
 
 BIG = 1 << 40
-PERTURBATION = 16  # range of the last, per-(task class, rack) tie-break
+PERTURBATION = 16  # range of the last tie-break: per (class, rack), and per row on stay arcs
+DEAL_PREFIX = 16  # preferences sorted up front per dealt task; more only when they are all taken
+DEAL_CHUNK = 256  # tasks whose preferences are hashed at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,20 +136,29 @@ class PlacementProblem:
 def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     """The optimal assignment (task index -> client index) on the tasks x racks graph.
 
-    Tasks alike in every price (same target, anchor, subtopology and cross-rack counts) are
-    interchangeable, so they share one node whose supply is their number: the graph shrinks
-    further wherever tasks repeat, without changing the optimum.
+    Tasks alike in every price (same target, anchor, holder, subtopology and cross-rack counts)
+    are interchangeable: they form one *row*. Rows whose only special client is the target
+    (anchor and holder none or the target) and that share subtopology and cross-rack counts
+    also share one class node: they differ only in which client lets them stay, so each row
+    keeps a stay arc of its own and the class has one arc per rack. Other rows are their own
+    class, with direct arcs to their target, anchor and holder.
     """
     tasks, racks = problem.cross.shape
     clients = len(problem.client_rack)
     if tasks == 0:
         return np.zeros(0, dtype=np.int64)
     keys, key_count, caps = _caps(problem)
-    table = np.column_stack([problem.target, problem.anchor, problem.holders, keys, problem.cross])
-    classes, of_class, sizes = np.unique(table, axis=0, return_inverse=True, return_counts=True)
-    of_class = of_class.ravel()
-    target, anchor, holder, class_key = classes[:, 0], classes[:, 1], classes[:, 2], classes[:, 3]
-    cross = classes[:, 4:]
+    row_of, rows, sizes = _group(np.column_stack([problem.target, problem.anchor, problem.holders, keys,
+                                                  problem.cross]))
+    target, anchor, holder = problem.target[rows], problem.anchor[rows], problem.holders[rows]
+    row_key, row_cross = keys[rows], problem.cross[rows]
+    single = ((anchor == target) | (anchor < 0)) & ((holder == target) | (holder < 0))
+    # A single row's class forgets its target, anchor and holder (-1), the others keep them.
+    specials = np.where(single[:, None], -1, np.column_stack([target, anchor, holder]))
+    class_table = np.column_stack([single.astype(np.int64), specials, row_key, row_cross])
+    class_of, classes, _ = _group(class_table)
+    class_sizes = np.bincount(class_of, weights=sizes, minlength=len(classes)).astype(np.int64)
+    class_key, cross = row_key[classes], row_cross[classes]
     count = len(classes)
     scale = problem.tie_scale
     graph = FlowGraph()
@@ -133,55 +167,88 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
     client_nodes = np.asarray(graph.nodes(clients))
     sink = graph.node()
-    graph.supplies(class_nodes, sizes)
+    graph.supplies(class_nodes, class_sizes)
     graph.supply(sink, -tasks)
 
-    # Rack arcs: the price of any client of the rack that is neither target nor anchor.
+    # Rack arcs: the price of any client of the rack that is none of the class's special clients.
     generic = scale * (problem.traffic_cost * cross + problem.non_overlap_cost) + 3 * problem.miss_scale
-    generic = generic + _perturbation(classes, racks)
-    rack_arcs = graph.arcs(np.repeat(class_nodes, racks), key_rack[class_key].ravel(), np.repeat(sizes, racks),
-                           generic.ravel())
-    # Direct arcs to the target and, if another client, the anchor, at their exact price.
-    target_arcs = graph.arcs(class_nodes, key_client[class_key, target], sizes,
-                             _price(problem, cross, target, anchor, holder, target))
+    class_hash = _row_hash(class_table[classes])
+    generic = generic + _perturbation(class_hash[:, None], np.arange(1, racks + 1))
+    rack_arcs = graph.arcs(np.repeat(class_nodes, racks), key_rack[class_key].ravel(),
+                           np.repeat(class_sizes, racks), generic.ravel())
+    # Direct arcs to the target (a single row's stay arc) and, if other clients, the anchor and
+    # the holder, at their exact price; a stay arc also carries the row's perturbation.
+    row_hash = _row_hash(np.column_stack([target, anchor, holder, row_key, row_cross]))
+    stay_price = _price(problem, row_cross, target, anchor, holder, target)
+    stay_price = stay_price + np.where(single, _perturbation(row_hash, np.uint64(0)), 0)
+    target_arcs = graph.arcs(class_nodes[class_of], key_client[row_key, target], sizes, stay_price)
     other = (anchor >= 0) & (anchor != target)
-    anchor_arcs = graph.arcs(class_nodes[other], key_client[class_key[other], anchor[other]], sizes[other],
-                             _price(problem, cross[other], target[other], anchor[other], holder[other], anchor[other]))
+    anchor_arcs = graph.arcs(class_nodes[class_of[other]], key_client[row_key[other], anchor[other]], sizes[other],
+                             _price(problem, row_cross[other], target[other], anchor[other], holder[other],
+                                    anchor[other]))
     third = (holder >= 0) & (holder != target) & (holder != anchor)
-    holder_arcs = graph.arcs(class_nodes[third], key_client[class_key[third], holder[third]], sizes[third],
-                             _price(problem, cross[third], target[third], anchor[third], holder[third], holder[third]))
+    holder_arcs = graph.arcs(class_nodes[class_of[third]], key_client[row_key[third], holder[third]], sizes[third],
+                             _price(problem, row_cross[third], target[third], anchor[third], holder[third],
+                                    holder[third]))
     # Rack node -> its clients, then the subtopology cap, then the client's slots.
     spread = graph.arcs(key_rack[:, problem.client_rack].ravel(), key_client.ravel(), BIG, 0)
     graph.arcs(key_client.ravel(), np.tile(client_nodes, key_count), np.asarray(caps).ravel(), 0)
     graph.arcs(client_nodes, sink, problem.slots, 0)
     graph.solve()
 
+    row_count = len(rows)
     to_target = graph.flows(target_arcs)
-    to_anchor = np.zeros(count, dtype=np.int64)
+    to_anchor = np.zeros(row_count, dtype=np.int64)
     to_anchor[other] = graph.flows(anchor_arcs)
-    to_holder = np.zeros(count, dtype=np.int64)
+    to_holder = np.zeros(row_count, dtype=np.int64)
     to_holder[third] = graph.flows(holder_arcs)
     to_rack = graph.flows(rack_arcs).reshape(count, racks)
-    # Each class's tasks, in task order, take its flow in turn: target, anchor, holder, then
-    # the rack arcs in rack order (all classes at once: a task's place within its class says
-    # which arc's flow it takes).
+    # Each row's tasks, in task order, take its direct flow in turn: target, anchor, holder
+    # (all rows at once: a task's place within its row says which arc's flow it takes).
     assignment = np.full(tasks, -1, dtype=np.int64)
-    via_rack = np.full(tasks, -1, dtype=np.int64)
-    members = np.argsort(of_class, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    cls = of_class[members]
-    place = np.arange(tasks) - bounds[cls]
-    first = to_target[cls]
-    second = first + to_anchor[cls]
-    third_end = second + to_holder[cls]
+    members, place = _places(row_of, sizes)
+    row = row_of[members]
+    first = to_target[row]
+    second = first + to_anchor[row]
+    third_end = second + to_holder[row]
     assignment[members] = np.select([place < first, place < second, place < third_end],
-                                    [target[cls], anchor[cls], holder[cls]], -1)
-    rest = place >= third_end
-    rack_ends = np.cumsum(to_rack, axis=1)[cls[rest]]
-    via_rack[members[rest]] = (rack_ends <= (place[rest] - third_end[rest])[:, None]).sum(axis=1)
+                                    [target[row], anchor[row], holder[row]], -1)
+    # The rest of each class, in task order, take its rack arcs' flow in rack order: any
+    # pairing is exact, as every rack arc prices all the class's tasks alike.
+    pool = np.flatnonzero(assignment < 0)
+    pool_class = class_of[row_of[pool]]
+    pool_members, pool_place = _places(pool_class, np.bincount(pool_class, minlength=count))
+    rack_ends = np.cumsum(to_rack, axis=1)[pool_class[pool_members]]
+    via_rack = np.full(tasks, -1, dtype=np.int64)
+    via_rack[pool[pool_members]] = (rack_ends <= pool_place[:, None]).sum(axis=1)
     slots_left = graph.flows(spread).reshape(key_count, clients).copy()
     _deal(problem, keys, via_rack, slots_left, assignment)
     return assignment
+
+
+def _group(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Equal rows of an int table: (group of each row, first row of each group, group sizes).
+
+    Groups come in lexicographic order of their rows (as ``np.unique(axis=0)``); rows are packed
+    into one int64 each when their ranges allow, which sorts far faster.
+    """
+    low = table.min(axis=0)
+    radix = (table.max(axis=0) - low + 1).tolist()
+    if math.prod(radix) < 1 << 62:
+        weights = np.cumprod([1, *radix[:0:-1]])[::-1]
+        code = (table - low) @ np.asarray(weights, dtype=np.int64)
+        _, first, group_of, sizes = np.unique(code, return_index=True, return_inverse=True, return_counts=True)
+    else:
+        _, first, group_of, sizes = np.unique(table, axis=0, return_index=True, return_inverse=True,
+                                              return_counts=True)
+    return group_of.ravel(), first, sizes
+
+
+def _places(group_of: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Items ordered by group, then index; and each one's place within its group."""
+    members = np.argsort(group_of, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return members, np.arange(len(group_of)) - starts[group_of[members]]
 
 
 def _price(problem: PlacementProblem, cross: np.ndarray, target: np.ndarray, anchor: np.ndarray,
@@ -192,17 +259,22 @@ def _price(problem: PlacementProblem, cross: np.ndarray, target: np.ndarray, anc
     return problem.tie_scale * kip + problem.miss_scale * (2 * (client != target) + (client != holder))
 
 
-def _perturbation(classes: np.ndarray, racks: int) -> np.ndarray:
-    """A fixed pseudo-random price in [0, PERTURBATION) per (task class, rack).
+def _row_hash(table: np.ndarray) -> np.ndarray:
+    """A fixed hash of each row of an int table (no per-process salt, unlike ``hash``)."""
+    row_hash = np.zeros(len(table), dtype=np.uint64)
+    for column in table.T:
+        row_hash = _mix(row_hash * np.uint64(31) + column.astype(np.uint64))
+    return row_hash
+
+
+def _perturbation(row_hash: np.ndarray, salt) -> np.ndarray:
+    """A fixed pseudo-random price in [0, PERTURBATION) per (hashed row, salt).
 
     The last tie-break: among placements equal in KIP cost and target overlap, it makes the
     optimum unique (almost always), so a changed price of one task changes the optimum by one
     cycle through that task, not by re-resolving unrelated ties (KIP-925 4.B.III's aim).
     """
-    row_hash = np.zeros(len(classes), dtype=np.uint64)
-    for column in classes.T:
-        row_hash = _mix(row_hash * np.uint64(31) + column.astype(np.uint64))
-    values = _mix(row_hash[:, None] ^ (np.arange(racks, dtype=np.uint64)[None, :] + np.uint64(1)))
+    values = _mix(np.asarray(row_hash, dtype=np.uint64) ^ np.asarray(salt, dtype=np.uint64))
     return (values % np.uint64(PERTURBATION)).astype(np.int64)
 
 
@@ -210,43 +282,86 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
           assignment: np.ndarray) -> None:
     """Turn the rack-level flow into clients: any pairing is optimal (module docstring).
 
-    A task whose target (then anchor) has a slot of its rack node left goes there (it then
-    costs less than the flow says). The others, in task order, take the free slot of the
-    client they rank highest by rendezvous hashing of (task, client) ids: unlike dealing in
+    A task whose target (then anchor, then holder) has a slot of its rack node left goes there
+    (it then costs less than the flow says). The others, in task order, take the free slot of
+    the client they rank highest by rendezvous hashing of (task, client) ids: unlike dealing in
     turns, one task more or less displaces few others, so a small change moves few tasks.
     """
-    waiting: dict[tuple[int, int], list[int]] = {}
     dealt = np.flatnonzero(via_rack >= 0)
+    rack, key = via_rack[dealt], keys[dealt]
+    specials = np.column_stack([problem.target[dealt], problem.anchor[dealt], problem.holders[dealt]])
+    # Only a task with a special client in its rack node's free slots can go there (slots only
+    # fill up): the others skip the loop, which then runs in task order as before.
+    open_special = (specials >= 0) & (problem.client_rack[specials] == rack[:, None]) \
+        & (slots_left[key[:, None], specials] > 0)
+    candidates = np.flatnonzero(open_special.any(axis=1))
     client_rack = problem.client_rack.tolist()
     left = slots_left.tolist()
-    for task, rack, key, *specials in zip(dealt.tolist(), via_rack[dealt].tolist(), keys[dealt].tolist(),
-                                          problem.target[dealt].tolist(), problem.anchor[dealt].tolist(),
-                                          problem.holders[dealt].tolist(), strict=True):
-        for special in specials:
-            if special >= 0 and client_rack[special] == rack and left[key][special] > 0:
-                left[key][special] -= 1
-                assignment[task] = special
+    placed = np.zeros(len(dealt), dtype=bool)
+    for index, task_rack, task_key, task_specials in zip(candidates.tolist(), rack[candidates].tolist(),
+                                                         key[candidates].tolist(), specials[candidates].tolist(),
+                                                         strict=True):
+        for special in task_specials:
+            if special >= 0 and client_rack[special] == task_rack and left[task_key][special] > 0:
+                left[task_key][special] -= 1
+                assignment[dealt[index]] = special
+                placed[index] = True
                 break
-        else:
-            waiting.setdefault((key, rack), []).append(task)
     slots_left[...] = left
+    waiting = np.flatnonzero(~placed)
+    node = key[waiting] * len(problem.cross[0]) + rack[waiting]  # the (key, rack) node each waits at
+    order = np.argsort(node, kind="stable")
+    waiting = waiting[order]
+    bounds = np.flatnonzero(np.diff(node[order])) + 1
     task_ids = problem.task_ids if problem.task_ids is not None else np.arange(len(keys), dtype=np.uint64)
     client_ids = problem.client_ids if problem.client_ids is not None else np.arange(len(problem.client_rack),
                                                                                       dtype=np.uint64)
-    for (key, rack), tasks in sorted(waiting.items()):
-        members = np.flatnonzero((problem.client_rack == rack) & (slots_left[key] > 0))
-        order = np.argsort(-_mix(task_ids[tasks][:, None] * np.uint64(0x9E3779B97F4A7C15)
-                                 ^ client_ids[members][None, :]), axis=1, kind="stable")
-        free = slots_left[key].tolist()
+    for group in np.split(waiting, bounds) if len(waiting) else ():
+        group_key, group_rack, tasks = int(key[group[0]]), int(rack[group[0]]), dealt[group]
+        members = np.flatnonzero((problem.client_rack == group_rack) & (slots_left[group_key] > 0))
+        free = slots_left[group_key].tolist()
         member_list = members.tolist()
-        for task, preference in zip(tasks, order.tolist(), strict=True):
-            for position in preference:
-                client = member_list[position]
-                if free[client] > 0:
-                    free[client] -= 1
-                    assignment[task] = client
-                    break
-        slots_left[key] = free
+        for start in range(0, len(tasks), DEAL_CHUNK):  # chunks keep the hash matrix in cache
+            chunk = tasks[start:start + DEAL_CHUNK]
+            ranks = -_mix(task_ids[chunk][:, None] * np.uint64(0x9E3779B97F4A7C15) ^ client_ids[members][None, :])
+            for row, (task, preference) in enumerate(zip(chunk.tolist(), _first_choices(ranks, DEAL_PREFIX),
+                                                         strict=True)):
+                client = _first_free(free, member_list, preference)
+                if client < 0:
+                    client = _first_free(free, member_list,
+                                         np.argsort(ranks[row], kind="stable")[len(preference):].tolist())
+                free[client] -= 1
+                assignment[task] = client
+        slots_left[group_key] = free
+
+
+def _first_free(free: list[int], members: list[int], positions: list[int]) -> int:
+    """The first of ``members[positions]`` with a free slot, or -1."""
+    for position in positions:
+        client = members[position]
+        if free[client] > 0:
+            return client
+    return -1
+
+
+def _first_choices(ranks: np.ndarray, count: int) -> list[list[int]]:
+    """Per row, the first ``count`` columns of its stable ascending order (all of it if shorter).
+
+    Dealing rarely looks further down a preference than a few clients: sorting whole rows cost
+    as much as the flow. A row whose ``count``-th and next smallest values tie gets its full
+    order, so that the prefix is exactly that of the stable sort.
+    """
+    if ranks.shape[1] <= count:
+        return np.argsort(ranks, axis=1, kind="stable").tolist()
+    chosen = np.sort(np.argpartition(ranks, count, axis=1)[:, :count + 1], axis=1)
+    values = np.take_along_axis(ranks, chosen, axis=1)
+    order = np.argsort(values, axis=1, kind="stable")
+    prefix = np.take_along_axis(chosen, order, axis=1)
+    tied = np.take_along_axis(values, order[:, count - 1:count + 1], axis=1)
+    rows = prefix[:, :count].tolist()
+    for row in np.flatnonzero(tied[:, 0] == tied[:, 1]).tolist():
+        rows[row] = np.argsort(ranks[row], kind="stable").tolist()
+    return rows
 
 
 def _mix(values: np.ndarray) -> np.ndarray:
