@@ -19,28 +19,29 @@ between those.
 
 Why the compressed graph is exact (docs/rack-awareness.md has the long form): besides its
 *special* clients (target, anchor, holder), every client of rack r prices task t the same,
-the *generic* price (``traffic * cross[t][r] + non_overlap``, 3 misses). Tasks alike in every
-price form a *row*. Rows whose only special client is their target (anchor and holder none
-or the target, as every task of a fresh group) and
-that share subtopology and cross-rack counts form one *class*: their rack arcs are priced
-alike, they differ only in where they may stay. Any other row is a class of its own. A class
-node has one arc per rack at the generic price; each of its rows has a direct arc to each of
-its special clients at the exact, lower price, with the row's size as capacity.
+the *generic* price (``traffic * cross[t][r] + non_overlap``, 3 misses), which depends only
+on t's subtopology and cross-rack counts. Tasks alike in every price form a *row*; rows alike
+in subtopology and cross-rack counts form a *class*. A class node has one arc per rack at the
+generic price. A row whose only special client is its target (anchor and holder none or the
+target, as for every task of a fresh group) has a *stay* arc from its class node to its
+target; a row with several special clients has a node of its own, fed by its class node, with
+an arc to each of them. These direct arcs carry the exact, lower price; a row's stay arc, or
+the arc into its node, has the row's size as capacity.
 
 - Every assignment is a flow of the same cost: a task on one of its special clients takes its
   row's direct arc, any other its class's arc to the client's rack.
 - Every flow decomposes into an assignment costing at most the flow's cost: each row's tasks
-  take the units of its direct arcs in turn (there are enough of them: a one-special-client
-  row has one direct arc, of capacity its size; a row with several is a class of its own,
-  whose supply is its size); the class's remaining tasks, as many as its rack arcs' units,
-  take those in any pairing, the generic price being each one's price there; and a task that
-  reaches one of its special clients through a rack node pays less than the flow says.
+  take the units of its direct arcs in turn (there are enough of them, as the row's size caps
+  what its direct arcs carry in all); the class's remaining tasks, as many as its rack arcs'
+  units, take those in any pairing, the generic price being each one's price there; and a
+  task that reaches one of its special clients through a rack node pays less than the flow
+  says.
 
 Hence the optimal costs are equal. ``solve_full`` builds the KIP's own graph (every task to
 every client) so that tests and benchmarks can check this on real instances.
 
 The last tie-break, a fixed pseudo-random price in [0, ``PERTURBATION``) per (class, rack) on
-rack arcs and per row on the stay arcs of one-special-client rows, makes the optimum unique
+rack arcs and per row on its stay arc or the arc into its node, makes the optimum unique
 (almost always). A unit of flow crosses at most one perturbed arc, so the perturbations of a
 flow sum to less than ``miss_scale``; as the other terms are multiples of ``miss_scale``, a
 minimum-cost flow is also minimal without them, and the argument above carries over.
@@ -62,7 +63,7 @@ import numpy as np
 from assignor.flow import FlowGraph
 
 BIG = 1 << 40
-PERTURBATION = 16  # range of the last tie-break: per (class, rack), and per row on stay arcs
+PERTURBATION = 16  # range of the last tie-break: per (class, rack), and per row
 DEAL_PREFIX = 16  # preferences sorted up front per dealt task; more only when they are all taken
 DEAL_CHUNK = 256  # tasks whose preferences are hashed at once
 
@@ -137,32 +138,35 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     """The optimal assignment (task index -> client index) on the tasks x racks graph.
 
     Tasks alike in every price (same target, anchor, holder, subtopology and cross-rack counts)
-    are interchangeable: they form one *row*. Rows whose only special client is the target
-    (anchor and holder none or the target) and that share subtopology and cross-rack counts
-    also share one class node: they differ only in which client lets them stay, so each row
-    keeps a stay arc of its own and the class has one arc per rack. Other rows are their own
-    class, with direct arcs to their target, anchor and holder.
+    are interchangeable: they form one *row*. Rows of the same subtopology and cross-rack
+    counts form one *class*, priced alike on every client that is special to none of them: one
+    node and one arc per rack for all, whatever their special clients. A row whose only special
+    client is its target has a stay arc from its class; one with more has a node of its own
+    (its tasks can take only one of its direct arcs) fed by its class.
     """
     tasks, racks = problem.cross.shape
     clients = len(problem.client_rack)
     if tasks == 0:
         return np.zeros(0, dtype=np.int64)
     keys, key_count, caps = _caps(problem)
-    row_of, rows, sizes = _group(np.column_stack([problem.target, problem.anchor, problem.holders, keys,
-                                                  problem.cross]))
+    row_of, rows, sizes = _group(np.column_stack([keys, problem.cross, problem.target, problem.anchor,
+                                                  problem.holders]))
     target, anchor, holder = problem.target[rows], problem.anchor[rows], problem.holders[rows]
     row_key, row_cross = keys[rows], problem.cross[rows]
-    single = ((anchor == target) | (anchor < 0)) & ((holder == target) | (holder < 0))
-    # A single row's class forgets its target, anchor and holder (-1), the others keep them.
-    specials = np.where(single[:, None], -1, np.column_stack([target, anchor, holder]))
-    class_table = np.column_stack([single.astype(np.int64), specials, row_key, row_cross])
+    class_table = np.column_stack([row_key, row_cross])
     class_of, classes, _ = _group(class_table)
     class_sizes = np.bincount(class_of, weights=sizes, minlength=len(classes)).astype(np.int64)
     class_key, cross = row_key[classes], row_cross[classes]
     count = len(classes)
+    other = (anchor >= 0) & (anchor != target)
+    third = (holder >= 0) & (holder != target) & (holder != anchor)
+    several = other | third
     scale = problem.tie_scale
     graph = FlowGraph()
     class_nodes = np.asarray(graph.nodes(count))
+    # A row with several special clients hangs off its class through a node of its own.
+    row_nodes = class_nodes[class_of]
+    row_nodes[several] = graph.nodes(int(several.sum()))
     key_rack = np.asarray(graph.nodes(key_count * racks)).reshape(key_count, racks)
     key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
     client_nodes = np.asarray(graph.nodes(clients))
@@ -170,24 +174,23 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     graph.supplies(class_nodes, class_sizes)
     graph.supply(sink, -tasks)
 
-    # Rack arcs: the price of any client of the rack that is none of the class's special clients.
+    # Rack arcs: the price of any client of the rack that is special to none of the class.
     generic = scale * (problem.traffic_cost * cross + problem.non_overlap_cost) + 3 * problem.miss_scale
-    class_hash = _row_hash(class_table[classes])
-    generic = generic + _perturbation(class_hash[:, None], np.arange(1, racks + 1))
+    generic = generic + _perturbation(_row_hash(class_table[classes])[:, None], np.arange(1, racks + 1))
     rack_arcs = graph.arcs(np.repeat(class_nodes, racks), key_rack[class_key].ravel(),
                            np.repeat(class_sizes, racks), generic.ravel())
-    # Direct arcs to the target (a single row's stay arc) and, if other clients, the anchor and
-    # the holder, at their exact price; a stay arc also carries the row's perturbation.
-    row_hash = _row_hash(np.column_stack([target, anchor, holder, row_key, row_cross]))
+    # Per row, its perturbation on the one arc all its staying tasks take: the stay arc, or the
+    # arc into its own node; then direct arcs to the target and, if other clients, the anchor
+    # and the holder, at their exact price.
+    perturbation = _perturbation(_row_hash(np.column_stack([row_key, row_cross, target, anchor, holder])), 0)
+    graph.arcs(class_nodes[class_of[several]], row_nodes[several], sizes[several], perturbation[several])
     stay_price = _price(problem, row_cross, target, anchor, holder, target)
-    stay_price = stay_price + np.where(single, _perturbation(row_hash, np.uint64(0)), 0)
-    target_arcs = graph.arcs(class_nodes[class_of], key_client[row_key, target], sizes, stay_price)
-    other = (anchor >= 0) & (anchor != target)
-    anchor_arcs = graph.arcs(class_nodes[class_of[other]], key_client[row_key[other], anchor[other]], sizes[other],
+    target_arcs = graph.arcs(row_nodes, key_client[row_key, target], sizes,
+                             stay_price + np.where(several, 0, perturbation))
+    anchor_arcs = graph.arcs(row_nodes[other], key_client[row_key[other], anchor[other]], sizes[other],
                              _price(problem, row_cross[other], target[other], anchor[other], holder[other],
                                     anchor[other]))
-    third = (holder >= 0) & (holder != target) & (holder != anchor)
-    holder_arcs = graph.arcs(class_nodes[class_of[third]], key_client[row_key[third], holder[third]], sizes[third],
+    holder_arcs = graph.arcs(row_nodes[third], key_client[row_key[third], holder[third]], sizes[third],
                              _price(problem, row_cross[third], target[third], anchor[third], holder[third],
                                     holder[third]))
     # Rack node -> its clients, then the subtopology cap, then the client's slots.
