@@ -240,7 +240,8 @@ def _group(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if math.prod(radix) < 1 << 62:
         weights = np.cumprod([1, *radix[:0:-1]])[::-1]
         code = (table - low) @ np.asarray(weights, dtype=np.int64)
-        _, first, group_of, sizes = np.unique(code, return_index=True, return_inverse=True, return_counts=True)
+        _, first, group_of, sizes = np.unique(code, return_index=True, return_inverse=True,
+                                              return_counts=True)
     else:
         _, first, group_of, sizes = np.unique(table, axis=0, return_index=True, return_inverse=True,
                                               return_counts=True)
@@ -292,27 +293,8 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
     """
     dealt = np.flatnonzero(via_rack >= 0)
     rack, key = via_rack[dealt], keys[dealt]
-    specials = np.column_stack([problem.target[dealt], problem.anchor[dealt], problem.holders[dealt]])
-    # Only a task with a special client in its rack node's free slots can go there (slots only
-    # fill up): the others skip the loop, which then runs in task order as before.
-    open_special = (specials >= 0) & (problem.client_rack[specials] == rack[:, None]) \
-        & (slots_left[key[:, None], specials] > 0)
-    candidates = np.flatnonzero(open_special.any(axis=1))
-    client_rack = problem.client_rack.tolist()
-    left = slots_left.tolist()
-    placed = np.zeros(len(dealt), dtype=bool)
-    for index, task_rack, task_key, task_specials in zip(candidates.tolist(), rack[candidates].tolist(),
-                                                         key[candidates].tolist(), specials[candidates].tolist(),
-                                                         strict=True):
-        for special in task_specials:
-            if special >= 0 and client_rack[special] == task_rack and left[task_key][special] > 0:
-                left[task_key][special] -= 1
-                assignment[dealt[index]] = special
-                placed[index] = True
-                break
-    slots_left[...] = left
-    waiting = np.flatnonzero(~placed)
-    node = key[waiting] * len(problem.cross[0]) + rack[waiting]  # the (key, rack) node each waits at
+    waiting = np.flatnonzero(~_take_specials(problem, dealt, rack, key, slots_left, assignment))
+    node = key[waiting] * problem.cross.shape[1] + rack[waiting]  # the (key, rack) node each waits at
     order = np.argsort(node, kind="stable")
     waiting = waiting[order]
     bounds = np.flatnonzero(np.diff(node[order])) + 1
@@ -326,7 +308,8 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
         member_list = members.tolist()
         for start in range(0, len(tasks), DEAL_CHUNK):  # chunks keep the hash matrix in cache
             chunk = tasks[start:start + DEAL_CHUNK]
-            ranks = -_mix(task_ids[chunk][:, None] * np.uint64(0x9E3779B97F4A7C15) ^ client_ids[members][None, :])
+            ranks = -_mix(task_ids[chunk][:, None] * np.uint64(0x9E3779B97F4A7C15)
+                          ^ client_ids[members][None, :])
             for row, (task, preference) in enumerate(zip(chunk.tolist(), _first_choices(ranks, DEAL_PREFIX),
                                                          strict=True)):
                 client = _first_free(free, member_list, preference)
@@ -336,6 +319,33 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
                 free[client] -= 1
                 assignment[task] = client
         slots_left[group_key] = free
+
+
+def _take_specials(problem: PlacementProblem, dealt: np.ndarray, rack: np.ndarray, key: np.ndarray,
+                   slots_left: np.ndarray, assignment: np.ndarray) -> np.ndarray:
+    """Place, in task order, dealt tasks on a special client with a slot left in their rack node.
+
+    Returns which of ``dealt`` were placed. Only a task that sees such a slot before any is
+    taken can get one (slots only fill up), so the loop visits those alone.
+    """
+    specials = np.column_stack([problem.target[dealt], problem.anchor[dealt], problem.holders[dealt]])
+    open_slot = ((specials >= 0) & (problem.client_rack[specials] == rack[:, None])
+                 & (slots_left[key[:, None], specials] > 0))
+    candidates = np.flatnonzero(open_slot.any(axis=1))
+    client_rack = problem.client_rack.tolist()
+    left = slots_left.tolist()
+    placed = np.zeros(len(dealt), dtype=bool)
+    for index, task_rack, task_key, task_specials in zip(candidates.tolist(), rack[candidates].tolist(),
+                                                         key[candidates].tolist(), specials[candidates].tolist(),
+                                                         strict=True):
+        for special in task_specials:
+            if special >= 0 and client_rack[special] == task_rack and left[task_key][special] > 0:
+                left[task_key][special] -= 1
+                assignment[dealt[index]] = special
+                placed[index] = True
+                break
+    slots_left[...] = left
+    return placed
 
 
 def _first_free(free: list[int], members: list[int], positions: list[int]) -> int:
