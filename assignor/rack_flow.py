@@ -64,8 +64,8 @@ from assignor.flow import FlowGraph
 
 BIG = 1 << 40
 PERTURBATION = 16  # range of the last tie-break: per (class, rack), and per row
-DEAL_PREFIX = 16  # preferences sorted up front per dealt task; more only when they are all taken
-DEAL_CHUNK = 256  # tasks whose preferences are hashed at once
+DEAL_PREFIX = 16  # preferences read per dealt task; more only when they are all taken
+DEAL_CHUNK = 1 << 14  # (task, client) hashes computed at once: within the CPU's fast caches
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,16 +306,16 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
         members = np.flatnonzero((problem.client_rack == group_rack) & (slots_left[group_key] > 0))
         free = slots_left[group_key].tolist()
         member_list = members.tolist()
-        for start in range(0, len(tasks), DEAL_CHUNK):  # chunks keep the hash matrix in cache
-            chunk = tasks[start:start + DEAL_CHUNK]
-            ranks = -_mix(task_ids[chunk][:, None] * np.uint64(0x9E3779B97F4A7C15)
-                          ^ client_ids[members][None, :])
-            for row, (task, preference) in enumerate(zip(chunk.tolist(), _first_choices(ranks, DEAL_PREFIX),
+        rows = max(1, DEAL_CHUNK // len(members))
+        for start in range(0, len(tasks), rows):
+            chunk = tasks[start:start + rows]
+            hashes = _mix(task_ids[chunk][:, None] * np.uint64(0x9E3779B97F4A7C15) ^ client_ids[members][None, :])
+            order = _ascending_columns(~hashes)  # highest hash first
+            for row, (task, preference) in enumerate(zip(chunk.tolist(), order[:, :DEAL_PREFIX].tolist(),
                                                          strict=True)):
                 client = _first_free(free, member_list, preference)
                 if client < 0:
-                    client = _first_free(free, member_list,
-                                         np.argsort(ranks[row], kind="stable")[len(preference):].tolist())
+                    client = _first_free(free, member_list, order[row, DEAL_PREFIX:].tolist())
                 free[client] -= 1
                 assignment[task] = client
         slots_left[group_key] = free
@@ -357,24 +357,17 @@ def _first_free(free: list[int], members: list[int], positions: list[int]) -> in
     return -1
 
 
-def _first_choices(ranks: np.ndarray, count: int) -> list[list[int]]:
-    """Per row, the first ``count`` columns of its stable ascending order (all of it if shorter).
+def _ascending_columns(scores: np.ndarray) -> np.ndarray:
+    """Per row of a uint64 matrix, its columns by ascending score, ties by column.
 
-    Dealing rarely looks further down a preference than a few clients: sorting whole rows cost
-    as much as the flow. A row whose ``count``-th and next smallest values tie gets its full
-    order, so that the prefix is exactly that of the stable sort.
+    Scores lose their lowest bits to the column index, so that one value sort (far faster than
+    an argsort) yields the order: two scores equal but in those bits count as tied.
     """
-    if ranks.shape[1] <= count:
-        return np.argsort(ranks, axis=1, kind="stable").tolist()
-    chosen = np.sort(np.argpartition(ranks, count, axis=1)[:, :count + 1], axis=1)
-    values = np.take_along_axis(ranks, chosen, axis=1)
-    order = np.argsort(values, axis=1, kind="stable")
-    prefix = np.take_along_axis(chosen, order, axis=1)
-    tied = np.take_along_axis(values, order[:, count - 1:count + 1], axis=1)
-    rows = prefix[:, :count].tolist()
-    for row in np.flatnonzero(tied[:, 0] == tied[:, 1]).tolist():
-        rows[row] = np.argsort(ranks[row], kind="stable").tolist()
-    return rows
+    bits = max(1, (scores.shape[1] - 1).bit_length())
+    low = np.uint64((1 << bits) - 1)
+    keyed = (scores & ~low) | np.arange(scores.shape[1], dtype=np.uint64)
+    keyed.sort(axis=1)
+    return keyed & low
 
 
 def _mix(values: np.ndarray) -> np.ndarray:

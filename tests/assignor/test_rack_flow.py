@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import rack_flow
-from assignor.rack_flow import PlacementProblem, _first_choices, solve_compressed, solve_full
+from assignor.rack_flow import PlacementProblem, _ascending_columns, solve_compressed, solve_full
 
 
 def _price(instance: dict, task: int, client: int) -> tuple[int, int]:
@@ -107,11 +107,11 @@ def test_compressed_graph_matches_the_full_bipartite_graph(instance):
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instance=instances(max_tasks=60, max_clients=16, max_racks=2))
 def test_compressed_graph_matches_the_full_bipartite_graph_when_dealing_looks_past_its_prefix(instance):
-    """Dealing with 2 preferences sorted up front, hashed 3 tasks at a time: every path of it runs."""
+    """Dealing with 2 preferences read up front, 24 hashes at a time: every path of it runs."""
     problem = _problem(instance)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(rack_flow, "DEAL_PREFIX", 2)
-        patch.setattr(rack_flow, "DEAL_CHUNK", 3)
+        patch.setattr(rack_flow, "DEAL_CHUNK", 24)
         compressed = solve_compressed(problem).tolist()
     assert _feasible(instance, compressed)
     assert _total(instance, compressed) == _total(instance, solve_full(problem).tolist())
@@ -170,12 +170,11 @@ def test_worked_placements(instance, expected):
 
 
 @settings(max_examples=200, deadline=None)
-@given(rows=st.integers(1, 12), columns=st.integers(1, 40), count=st.integers(1, 20),
-       high=st.sampled_from([2, 5, 1 << 62]), seed=st.integers(0, 2**32 - 1))
-def test_first_choices_are_the_prefix_of_the_stable_order(rows, columns, count, high, seed):
-    """Dealing's partial sort gives each row the start of its stable order (ties by column), or all of it."""
-    ranks = np.random.default_rng(seed).integers(0, high, size=(rows, columns), dtype=np.uint64)
-    for row, choices in zip(ranks, _first_choices(ranks, count), strict=True):
-        full = sorted(range(columns), key=lambda column: (int(row[column]), column))
-        assert len(choices) >= min(count, columns)
-        assert choices == full[:len(choices)]
+@given(rows=st.integers(1, 12), columns=st.integers(1, 300), high=st.sampled_from([2, 5, 1 << 20, 1 << 64]),
+       seed=st.integers(0, 2**32 - 1))
+def test_ascending_columns_sort_by_score_then_column(rows, columns, high, seed):
+    """Dealing's preference order: scores without the bits that hold a column index, ties by column."""
+    scores = np.random.default_rng(seed).integers(0, high, size=(rows, columns), dtype=np.uint64, endpoint=False)
+    bits = max(1, (columns - 1).bit_length())
+    for row, order in zip(scores.tolist(), _ascending_columns(scores).tolist(), strict=True):
+        assert order == sorted(range(columns), key=lambda column: (row[column] >> bits, column))
