@@ -257,7 +257,7 @@ def _places(group_of: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def _price(problem: PlacementProblem, cross: np.ndarray, target: np.ndarray, anchor: np.ndarray,
            holder: np.ndarray, client: np.ndarray) -> np.ndarray:
-    """Exact solver price of rows (cross counts, target, anchor) on the given clients."""
+    """Solver price, perturbation aside, of rows (cross counts, target, anchor, holder) on clients."""
     kip = problem.traffic_cost * cross[np.arange(len(client)), problem.client_rack[client]]
     kip = kip + problem.non_overlap_cost * (client != anchor)
     return problem.tie_scale * kip + problem.miss_scale * (2 * (client != target) + (client != holder))
@@ -309,13 +309,14 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
         rows = max(1, DEAL_CHUNK // len(members))
         for start in range(0, len(tasks), rows):
             chunk = tasks[start:start + rows]
-            hashes = _mix(task_ids[chunk][:, None] * np.uint64(0x9E3779B97F4A7C15) ^ client_ids[members][None, :])
-            order = _ascending_columns(~hashes)  # highest hash first
-            for row, (task, preference) in enumerate(zip(chunk.tolist(), order[:, :DEAL_PREFIX].tolist(),
+            hashes = _mix(task_ids[chunk][:, None] * np.uint64(0x9E3779B97F4A7C15)
+                          ^ client_ids[members][None, :])
+            ranked = _ascending_columns(~hashes)  # highest hash first
+            for row, (task, preference) in enumerate(zip(chunk.tolist(), ranked[:, :DEAL_PREFIX].tolist(),
                                                          strict=True)):
                 client = _first_free(free, member_list, preference)
                 if client < 0:
-                    client = _first_free(free, member_list, order[row, DEAL_PREFIX:].tolist())
+                    client = _first_free(free, member_list, ranked[row, DEAL_PREFIX:].tolist())
                 free[client] -= 1
                 assignment[task] = client
         slots_left[group_key] = free
@@ -335,9 +336,9 @@ def _take_specials(problem: PlacementProblem, dealt: np.ndarray, rack: np.ndarra
     client_rack = problem.client_rack.tolist()
     left = slots_left.tolist()
     placed = np.zeros(len(dealt), dtype=bool)
-    for index, task_rack, task_key, task_specials in zip(candidates.tolist(), rack[candidates].tolist(),
-                                                         key[candidates].tolist(), specials[candidates].tolist(),
-                                                         strict=True):
+    rows = zip(candidates.tolist(), rack[candidates].tolist(), key[candidates].tolist(),
+               specials[candidates].tolist(), strict=True)
+    for index, task_rack, task_key, task_specials in rows:
         for special in task_specials:
             if special >= 0 and client_rack[special] == task_rack and left[task_key][special] > 0:
                 left[task_key][special] -= 1

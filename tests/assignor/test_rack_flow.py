@@ -174,7 +174,7 @@ def test_worked_placements(instance, expected):
        seed=st.integers(0, 2**32 - 1))
 def test_ascending_columns_sort_by_score_then_column(rows, columns, high, seed):
     """Dealing's preference order: scores without the bits that hold a column index, ties by column."""
-    scores = np.random.default_rng(seed).integers(0, high, size=(rows, columns), dtype=np.uint64, endpoint=False)
+    scores = np.random.default_rng(seed).integers(0, high, size=(rows, columns), dtype=np.uint64)
     bits = max(1, (columns - 1).bit_length())
     for row, order in zip(scores.tolist(), _ascending_columns(scores).tolist(), strict=True):
         assert order == sorted(range(columns), key=lambda column: (row[column] >> bits, column))
