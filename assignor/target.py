@@ -119,37 +119,59 @@ def restoration_cost(ranking: Ranking, actives: Mapping[TaskId, str], tasks: Seq
 
 
 class _SubtopologyHubs:
-    """Per subtopology key, a hub from which flow reaches any client through a (key, client)
-    node that counts the key's replicas there: free up to the soft cap ceil(S[j] * t_c / T),
-    SUBTOPOLOGY_EXCESS per replica above it (KIP-441 "Defining balance", subtopology balance).
-    Built in bulk: one (key, client) node and three arcs per pair."""
+    """Per subtopology key, a hub from which flow reaches any client, counting the key's
+    replicas there: free up to the soft cap ceil(S[j] * t_c / T), SUBTOPOLOGY_EXCESS per
+    replica above it (KIP-441 "Defining balance", subtopology balance).
+
+    A (key, client) node exists only where a direct arc must count against the same cap
+    (``node``); elsewhere the hub reaches the client by the two priced arcs themselves, so a
+    group where few clients report state gets a layer of arcs, not of nodes. ``close`` adds
+    the layer, in bulk, once every direct arc is known.
+    """
 
     def __init__(self, graph: FlowGraph, counts: Mapping, clients: Sequence[str], threads: Mapping[str, int],
                  downstream) -> None:
         thread_counts = np.array([threads[c] for c in clients], dtype=np.int64)
         capacity = int(thread_counts.sum())
-        self.hub: dict = {}
-        self._node: dict = {}
-        self._arcs: dict = {}
+        self._graph = graph
         self._clients = clients
-        for key in sorted(counts):
-            self.hub[key] = graph.node()
-            nodes = np.asarray(graph.nodes(len(clients)), dtype=np.int64)
-            self._arcs[key] = graph.arcs(self.hub[key], nodes, BIG_CAPACITY, 0)
-            heads = downstream(key)
-            graph.arcs(nodes, heads, -(-(counts[key] * thread_counts) // capacity), 0)
-            graph.arcs(nodes, heads, BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
-            self._node[key] = dict(zip(clients, nodes.tolist(), strict=True))
+        self._position = {client: index for index, client in enumerate(clients)}
+        self._downstream = downstream
+        self._caps = {key: -(-(counts[key] * thread_counts) // capacity) for key in sorted(counts)}
+        self.hub = {key: graph.node() for key in sorted(counts)}
+        self._node: dict = {key: {} for key in self.hub}
+        self._entries: dict = {}
 
     def node(self, key, client: str) -> int:
-        return self._node[key][client]
+        nodes = self._node[key]
+        if client not in nodes:
+            nodes[client] = self._graph.node()
+        return nodes[client]
 
     def nodes(self, key) -> list[int]:
-        return list(self._node[key].values())
+        return [self.node(key, client) for client in self._clients]
+
+    def close(self) -> None:
+        graph = self._graph
+        for key, hub in self.hub.items():
+            heads, caps, nodes = self._downstream(key), self._caps[key], self._node[key]
+            inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
+            inner_nodes = np.array(list(nodes.values()), dtype=np.int64)
+            outer = np.setdiff1d(np.arange(len(self._clients)), inner)
+            via_node = graph.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
+            graph.arcs(inner_nodes, heads[inner], caps[inner], 0)
+            graph.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            free = graph.arcs(hub, heads[outer], caps[outer], 0)
+            excess = graph.arcs(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            self._entries[key] = (inner, via_node, outer, free, excess)
 
     def units(self, graph: FlowGraph, key) -> dict[str, int]:
         """How many of the key's hub replicas each client received."""
-        return dict(zip(self._clients, graph.flows(self._arcs[key]).tolist(), strict=True))
+        inner, via_node, outer, free, excess = self._entries[key]
+        units = np.zeros(len(self._clients), dtype=np.int64)
+        units[inner] = graph.flows(via_node)
+        units[outer] = graph.flows(free) + graph.flows(excess)
+        return dict(zip(self._clients, units.tolist(), strict=True))
 
 
 def _group_key(spec: TaskSpec) -> tuple[int, bool]:
@@ -209,6 +231,7 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
             direct.append((graph.arc(node, hubs.node(key, owner), 1, 0), task, owner))
         via_hub[key].append((graph.arc(node, hubs.hub[key], 1, hub_cost), task))
     hub_classes = _hub_classes(graph, hub_only, units=1)
+    hubs.close()
     graph.supply(sink, -len(group.specs))
     graph.solve()
 
@@ -338,6 +361,7 @@ def standby_target(
             direct.append((graph.arc(node, hubs.node(key, client), 1, cost), task, client))
         via_hub[key].append((graph.arc(node, entry, per_task, hub_cost), task))
     hub_classes = _hub_classes(graph, hub_only, units=per_task)
+    hubs.close()
     graph.supply(sink, -per_task * len(group.stateful))
     graph.solve()
 
