@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -384,14 +384,14 @@ def standby_target(
                            + [(task, per_task) for task in hub_classes.get(key, ())])
         buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
         if per_task == 1:
+            if not trees and _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives):
+                continue
             buckets_units: dict[int, int] = defaultdict(int)
             for task, amount in hub_tasks:
                 buckets[actives[task]].append((task, amount))
                 buckets_units[position[actives[task]]] += amount
             if trees:
                 dealt = trees[key].decode(graph)
-            elif _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives):
-                continue
             else:
                 dealt = _deal_hub_units(buckets_units, {position[c]: n for c, n in units.items() if n}, len(clients))
                 if dealt is None:
@@ -428,7 +428,7 @@ def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> b
     dealt: list[tuple[TaskId, str]] = []
     for task, amount in hub_tasks:
         for _ in range(amount):
-            excluded = {actives[task], *trial[task]}
+            excluded = (actives[task], *trial[task])
             client = dealer.take(excluded)
             if client is None:
                 # Only clients this task may not use have slots left: trade with a task dealt
@@ -621,22 +621,26 @@ class _SlotDealer:
         self._group = group
         self._load = load
 
-    def take(self, excluded: set[str]) -> str | None:
+    def take(self, excluded: Container[str]) -> str | None:
         """A slot on an allowed client, or None when only excluded clients have slots left."""
+        heap = self._heap
         skipped = []
         chosen = None
-        while self._heap:
-            negative_left, client = heapq.heappop(self._heap)
+        while heap:
+            client = heap[0][1]
             if client in excluded:
-                skipped.append((negative_left, client))
+                skipped.append(heapq.heappop(heap))
                 continue
             chosen = client
-            self._remaining[client] -= 1
-            if self._remaining[client]:
-                heapq.heappush(self._heap, (-self._remaining[client], client))
+            left = self._remaining[client] - 1
+            self._remaining[client] = left
+            if left:
+                heapq.heapreplace(heap, (-left, client))
+            else:
+                heapq.heappop(heap)
             break
         for entry in skipped:
-            heapq.heappush(self._heap, entry)
+            heapq.heappush(heap, entry)
         if chosen is not None:
             self._load[chosen] += 1
         return chosen
