@@ -115,8 +115,8 @@ def _place_stateful(
     yields to a caught-up client that is not in the target, and warms up instead.
     """
     requests: list[_WarmupRequest] = []
-    targets = [target_active, *target_standbys]
-    if ranking.most_caught_up(task, target_active):
+    ranks, absent = ranking.holders[task], ranking.absent[task]
+    if ranks.get(target_active, absent) == ranking.best[task]:
         active = target_active
     else:
         active = _most_caught_up(group, ranking, task, prefer=target_standbys)
@@ -141,13 +141,14 @@ def _place_stateful(
         else:
             requests.append(_WarmupRequest(task, target_active, True, ranking.rank(task, target_active)))
     standbys: list[str] = []
-    used = {active, *slots, *deferred}
-    excluded = used | set(targets)
+    excluded = None  # every client that holds or will hold a replica: built when first needed
     for client in slots:
         moving_active = client == target_active
-        if ranking.caught_up(task, client):
+        if ranks.get(client, absent) == 0:
             standbys.append(client)
             continue
+        if excluded is None:
+            excluded = {active, *slots, *deferred, target_active, *target_standbys}
         substitute = _caught_up_substitute(group, ranking, task, excluded=excluded)
         if substitute is None:
             standbys.append(client)
