@@ -14,11 +14,15 @@ encode, in this order of priority:
 4. subtopology balance: a soft cap of ceil(S[j] * t_c / T) tasks of subtopology j on a client
    (KIP-441 "Defining balance", subtopology balance; the cap of KIP-925 4.B.II).
 
-The graph has an arc only where a client reports state for a task, plus one hub per
-subtopology through which any task reaches any client: its size grows with the reported
-lags, not with tasks x clients. Clients without state are interchangeable for a task, so the
-flow only decides how many of a subtopology's hub tasks each client takes; which ones is then
-dealt out in task order.
+The graph has an arc only where a client reports state for a task (or ran it before), plus
+one hub per subtopology through which any task reaches any client: its size grows with the
+reported lags and previous owners, not with tasks x clients. Clients without state are
+interchangeable for a task, so the flow only decides how many of a subtopology's hub tasks
+each client takes; which ones is then dealt out in task order. Likewise, tasks whose only
+way out is the hub are interchangeable at one price: they share one node (``_hub_classes``),
+and a (subtopology, client) node exists only where some direct arc must count against that
+pair's cap (``_SubtopologyHubs``). A fresh group of 20,000 tasks and 500 clients is then a
+graph of about a thousand nodes, which OR-Tools solves in milliseconds.
 """
 
 from __future__ import annotations
