@@ -1,10 +1,11 @@
 """KIP-925 rack awareness at scale: time, memory, cross-rack partitions and optimality gap.
 
-    PYTHONPATH=. /work/venv/bin/python bench/bench_rack.py [--quick]
+    PYTHONPATH=. .venv/bin/python bench/bench_rack.py [--quick] [--repeat N]
 
 Each row runs in a fresh process (peak RSS is per row). Columns:
 - ``none s``: ``assign`` with rack awareness off (the baseline: target computation and placement);
 - ``assign s`` / ``RSS MB``: the whole ``assign`` call with the strategy on, and the row's peak RSS;
+  times are medians of ``--repeat`` calls (3) interleaved with the baseline's, range in brackets;
 - ``rack s``: ``optimize_actives`` + ``optimize_standbys`` alone, on the same balanced target;
 - ``cross before/after``: cross-rack partitions of the actives (RackAwareReport);
 - ``gap``: solver cost of the tasks x racks graph minus that of the full tasks x clients graph
@@ -20,6 +21,7 @@ import argparse
 import json
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -59,7 +61,7 @@ def rack_group(task_count: int, client_count: int, rack_count: int, seed: int = 
     return specs, clients
 
 
-def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int) -> dict:
+def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int, repeat: int = 3) -> dict:
     import numpy as np
 
     from assignor import assign, rack_aware
@@ -71,12 +73,14 @@ def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int) 
     specs, members = rack_group(tasks, clients, racks)
     none = AssignmentConfig(num_standby_replicas=standbys)
     config = AssignmentConfig(num_standby_replicas=standbys, rack_aware_strategy=strategy)
-    started = time.perf_counter()
-    assign(specs, members, none)
-    none_s = time.perf_counter() - started
-    started = time.perf_counter()
-    result = assign(specs, members, config)
-    assign_s = time.perf_counter() - started
+    none_times, assign_times = [], []
+    for _ in range(repeat):  # interleaved, so that a noisy spell hits both alike
+        started = time.perf_counter()
+        assign(specs, members, none)
+        none_times.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        result = assign(specs, members, config)
+        assign_times.append(time.perf_counter() - started)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     group = Group.of(specs, members)
@@ -102,7 +106,8 @@ def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int) 
         del np
     return {
         "strategy": strategy, "tasks": tasks, "clients": clients, "racks": racks, "standbys": standbys,
-        "none_s": none_s, "assign_s": assign_s, "rss_mb": rss, "rack_s": rack_s,
+        "none_s": statistics.median(none_times), "assign_s": statistics.median(assign_times),
+        "assign_range": (min(assign_times), max(assign_times)), "rss_mb": rss, "rack_s": rack_s,
         "before": result.rack_awareness.cross_rack_before, "after": result.rack_awareness.cross_rack_after,
         "check_before": report.cross_rack_before, "gap": gap,
     }
@@ -111,6 +116,7 @@ def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 20,000-task rows")
+    parser.add_argument("--repeat", type=int, default=3, help="assign calls per strategy and row (median shown)")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
@@ -122,12 +128,14 @@ def main() -> int:
     print(" | ".join("---" for _ in header))
     root = Path(__file__).resolve().parent.parent
     for row in QUICK_ROWS if args.quick else ROWS:
-        out = subprocess.run([sys.executable, __file__, "--row", json.dumps(row)], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, __file__, "--row", json.dumps([*row, args.repeat])],
+                             capture_output=True, text=True,
                              cwd=root, env={"PYTHONPATH": str(root)}, check=True)
         r = json.loads(out.stdout)
         print(" | ".join([
             r["strategy"], f"{r['tasks']:,} x {r['clients']} ({r['racks']}, {r['standbys']})",
-            f"{r['none_s']:.2f}", f"{r['assign_s']:.2f}", f"{r['rss_mb']:.0f}", f"{r['rack_s']:.2f}",
+            f"{r['none_s']:.2f}", f"{r['assign_s']:.2f} ({r['assign_range'][0]:.2f}–{r['assign_range'][1]:.2f})",
+            f"{r['rss_mb']:.0f}", f"{r['rack_s']:.2f}",
             f"{r['before']:,}", f"{r['after']:,}", "n/a (too big)" if r["gap"] is None else str(r["gap"]),
         ]))
     return 0
