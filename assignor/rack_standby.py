@@ -70,6 +70,20 @@ class _Standbys:
             frozenset(client_index[c] for c in caught_up[t] if c in client_index) if t in caught_up else nobody
             for t in self.tasks
         ]
+        # Per client, the standbys on it that still restore there, and the tasks caught up on
+        # it (only with ``ready``): what ``_partner_candidates`` narrows the search to.
+        self.restoring: list[set[int]] = [set() for _ in self.clients]
+        self.ready_on: list[set[int]] = [set() for _ in self.clients]
+        self.restoring_at: dict[tuple[int, ...], set[int]] = {cls: set() for cls in self.classes}
+        if self.ready is not None:
+            for task, holders in enumerate(self.holders):
+                for client in self.ready[task]:
+                    self.ready_on[client].add(task)
+                for client in holders:
+                    if client not in self.ready[task]:
+                        self.restoring[client].add(task)
+                        self.restoring_at[self.loc[client]].add(client)
+        self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
 
     def restores_more(self, task: int, client: int, other: int, other_client: int) -> bool:
         """Would swapping put more of the two standbys on clients that must restore them?"""
@@ -111,6 +125,12 @@ class _Standbys:
             holders.sort()
             self.on_client[leave].discard(who)
             self.on_client[arrive].add(who)
+            self.restoring[leave].discard(who)
+            if not self.restoring[leave]:
+                self.restoring_at[self.loc[leave]].discard(leave)
+            if self.ready is not None and arrive not in self.ready[who]:
+                self.restoring[arrive].add(who)
+                self.restoring_at[self.loc[arrive]].add(arrive)
             self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
             self.swapped.add(who)
 
@@ -195,11 +215,10 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     members = state.members[cls]
     start = state.cursor[cls]
     arriving = state.loc[client]
-    for step in range(len(members)):
-        other_client = members[(start + step) % len(members)]
+    for other_client in _members_to_scan(state, task, client, cls, start):
         if not state.may_take(task, other_client):
             continue
-        for other in sorted(state.on_client[other_client]):
+        for other in sorted(_partner_candidates(state, task, client, other_client)):
             state.budget -= 1
             if state.budget < 0:
                 return None
@@ -207,9 +226,54 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
                 continue
             loss = state.spread_if(other, other_client, arriving) - state.spread_now(other)
             if loss < gain:
-                state.cursor[cls] = (start + step + 1) % len(members)
+                state.cursor[cls] = (state.position_in_class[other_client] + 1) % len(members)
                 return other_client, other
     return None
+
+
+def _members_to_scan(state: _Standbys, task: int, client: int, cls: tuple[int, ...], start: int) -> list[int]:
+    """The clients at ``cls`` where ``_partner_candidates`` can be non-empty, in scan order
+    (from ``start``, rotating). Without readiness, all of them. With it, a client qualifies if
+    ``task`` is caught up there, or holds a standby caught up on ``client`` (restoring there
+    when ``task`` is caught up on ``client``), or, if ``task`` restores on ``client``, holds any
+    restoring standby: in a caught-up group a handful instead of the whole location.
+    """
+    members = state.members[cls]
+    if state.ready is None:
+        return members[start:] + members[:start]
+    loc, ready, holders = state.loc, state.ready, state.holders
+    caught_up_here = client in ready[task]
+    chosen = {c for c in ready[task] if loc[c] == cls}
+    for other in state.ready_on[client]:
+        for holder in holders[other]:
+            if loc[holder] == cls and not (caught_up_here and holder in ready[other]):
+                chosen.add(holder)
+    if not caught_up_here:
+        chosen |= state.restoring_at[cls]
+    position = state.position_in_class
+    size = len(members)
+    return sorted(chosen, key=lambda c: (position[c] - start) % size)
+
+
+def _partner_candidates(state: _Standbys, task: int, client: int, other_client: int) -> set[int]:
+    """The standbys on ``other_client`` that ``restores_more`` could let trade with ``task``.
+
+    With a = [client not ready for task], c = [other_client not ready for task] and, for a
+    partner, b = [other_client not ready for it], d = [client not ready for it], the swap is
+    allowed only if c + d <= a + b. If c > a, the partner needs b = 1 and d = 0 (it restores
+    where it is, is caught up on ``client``); if c = a, b = 1 or d = 0. In a caught-up group
+    that leaves few or none, instead of every standby on the client.
+    """
+    on_there = state.on_client[other_client]
+    if state.ready is None:
+        return on_there
+    ready = state.ready[task]
+    slack = (client not in ready) - (other_client not in ready)
+    if slack > 0:
+        return on_there
+    if slack < 0:
+        return state.restoring[other_client] & state.ready_on[client]
+    return state.restoring[other_client] | (on_there & state.ready_on[client])
 
 
 class _Pricing:
