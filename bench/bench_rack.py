@@ -3,6 +3,8 @@
     PYTHONPATH=. .venv/bin/python bench/bench_rack.py [--quick] [--repeat N]
 
 Each row runs in a fresh process (peak RSS is per row). Columns:
+- ``scenario``: ``fresh`` (no previous assignment, nobody has state) or ``scale-out`` (the group
+  the same strategy settled, fed back with every replica caught up, plus 5% new clients);
 - ``none s``: ``assign`` with rack awareness off (the baseline: target computation and placement);
 - ``assign s`` / ``RSS MB``: the whole ``assign`` call with the strategy on, and the row's peak RSS;
   times are medians of ``--repeat`` calls (3) interleaved with the baseline's, range in brackets;
@@ -11,7 +13,7 @@ Each row runs in a fresh process (peak RSS is per row). Columns:
 - ``gap``: solver cost of the tasks x racks graph minus that of the full tasks x clients graph
   (KIP-925's own), where the full graph has at most ``FULL_ARC_LIMIT`` arcs.
 
-The group is fresh (no previous assignment): 20 subtopologies, 80% stateful, each task reading
+The group: 20 subtopologies, 80% stateful, each task reading
 1-2 input partitions whose replicas sit in 1 or 2 of the racks, clients spread over racks in turn.
 """
 
@@ -28,15 +30,18 @@ import time
 from pathlib import Path
 
 ROWS = [
-    # (strategy, tasks, clients, racks, standbys)
-    ("balance_subtopology", 20_000, 500, 3, 1),
-    ("min_traffic", 20_000, 500, 3, 1),
-    ("balance_subtopology", 5_000, 100, 3, 1),
-    ("min_traffic", 5_000, 100, 3, 1),
-    ("balance_subtopology", 1_000, 50, 3, 1),
-    ("min_traffic", 1_000, 50, 5, 2),
+    # (scenario, strategy, tasks, clients, racks, standbys)
+    ("fresh", "balance_subtopology", 20_000, 500, 3, 1),
+    ("fresh", "min_traffic", 20_000, 500, 3, 1),
+    ("scale-out", "balance_subtopology", 20_000, 500, 3, 1),
+    ("scale-out", "min_traffic", 20_000, 500, 3, 1),
+    ("fresh", "balance_subtopology", 5_000, 100, 3, 1),
+    ("fresh", "min_traffic", 5_000, 100, 3, 1),
+    ("scale-out", "balance_subtopology", 5_000, 100, 3, 1),
+    ("fresh", "balance_subtopology", 1_000, 50, 3, 1),
+    ("fresh", "min_traffic", 1_000, 50, 5, 2),
 ]
-QUICK_ROWS = ROWS[2:]
+QUICK_ROWS = [row for row in ROWS if row[2] < 20_000]
 FULL_ARC_LIMIT = 2_500_000
 
 
@@ -61,7 +66,27 @@ def rack_group(task_count: int, client_count: int, rack_count: int, seed: int = 
     return specs, clients
 
 
-def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int, repeat: int = 3) -> dict:
+def scale_out_group(specs, members, config, added: int):
+    """The group ``config`` settled, fed back with every replica caught up, plus ``added`` new
+    clients (racks in turn): the probing rebalance a large group pays for scaling out."""
+    from assignor import assign
+    from assignor.model import LATEST, ClientState
+
+    result = assign(specs, members, config)
+    stateful = {spec.id for spec in specs if spec.stateful}
+    racks = sorted({m.rack for m in members})
+    grown = []
+    for member in members:
+        mine = result.clients[member.id]
+        lags = {t: LATEST for t in mine.active if t in stateful} | dict.fromkeys(mine.standby, 0)
+        grown.append(ClientState(id=member.id, threads=member.threads, rack=member.rack,
+                                 prev_active=frozenset(mine.active), prev_standby=frozenset(mine.standby), lags=lags))
+    grown += [ClientState(id=f"n{i:05d}", threads=1, rack=racks[i % len(racks)]) for i in range(added)]
+    return grown
+
+
+def run_row(scenario: str, strategy: str, tasks: int, clients: int, racks: int, standbys: int,
+            repeat: int = 3) -> dict:
     import numpy as np
 
     from assignor import assign, rack_aware
@@ -73,6 +98,10 @@ def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int, 
     specs, members = rack_group(tasks, clients, racks)
     none = AssignmentConfig(num_standby_replicas=standbys)
     config = AssignmentConfig(num_standby_replicas=standbys, rack_aware_strategy=strategy)
+    added = 0
+    if scenario == "scale-out":
+        added = max(1, clients // 20)
+        members = scale_out_group(specs, members, config, added)
     none_times, assign_times = [], []
     for _ in range(repeat):  # interleaved, so that a noisy spell hits both alike
         started = time.perf_counter()
@@ -88,29 +117,35 @@ def run_row(strategy: str, tasks: int, clients: int, racks: int, standbys: int, 
     costs = CostModel(lag_aware=True)
     target = active_target(group, ranking, costs)
     started = time.perf_counter()
-    actives, report = rack_aware.optimize_actives(group, target, config)
+    actives, report = rack_aware.optimize_actives(group, target, config, ranking)
     actives_s = time.perf_counter() - started
     standby = standby_target(group, ranking, costs, actives, standbys)
     started = time.perf_counter()
-    rack_aware.optimize_standbys(group, actives, standby, config)
+    rack_aware.optimize_standbys(group, actives, standby, config, ranking)
     rack_s = actives_s + time.perf_counter() - started
 
     gap = None
-    if tasks * clients <= FULL_ARC_LIMIT:
+    if tasks * (clients + added) <= FULL_ARC_LIMIT:
         racks_list = sorted({m.rack for m in members})
         gap = 0
         for kind, kind_costs in ((group.stateful, rack_aware.stateful_costs(config)),
                                  (group.stateless, rack_aware.STATELESS_COSTS)):
-            problem = rack_aware.placement_problem(group, target, config, kind, racks_list, kind_costs)
+            problem = rack_aware.placement_problem(group, target, config, kind, racks_list, kind_costs, ranking)
             gap += problem.cost(solve_compressed(problem)) - problem.cost(solve_full(problem))
         del np
     return {
-        "strategy": strategy, "tasks": tasks, "clients": clients, "racks": racks, "standbys": standbys,
+        "scenario": scenario, "strategy": strategy, "tasks": tasks, "clients": clients, "added": added,
+        "racks": racks, "standbys": standbys,
         "none_s": statistics.median(none_times), "assign_s": statistics.median(assign_times),
         "assign_range": (min(assign_times), max(assign_times)), "rss_mb": rss, "rack_s": rack_s,
         "before": result.rack_awareness.cross_rack_before, "after": result.rack_awareness.cross_rack_after,
         "check_before": report.cross_rack_before, "gap": gap,
     }
+
+
+def _size(row: dict) -> str:
+    added = f" + {row['added']}" if row["added"] else ""
+    return f"{row['tasks']:,} x {row['clients']}{added} ({row['racks']}, {row['standbys']})"
 
 
 def main() -> int:
@@ -122,7 +157,7 @@ def main() -> int:
     if args.row:
         print(json.dumps(run_row(*json.loads(args.row))))
         return 0
-    header = ("strategy", "tasks x clients (racks, standbys)", "none s", "assign s", "RSS MB", "rack s",
+    header = ("scenario", "strategy", "tasks x clients (racks, standbys)", "none s", "assign s", "RSS MB", "rack s",
               "cross before", "cross after", "gap")
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
@@ -133,7 +168,7 @@ def main() -> int:
                              cwd=root, env={"PYTHONPATH": str(root)}, check=True)
         r = json.loads(out.stdout)
         print(" | ".join([
-            r["strategy"], f"{r['tasks']:,} x {r['clients']} ({r['racks']}, {r['standbys']})",
+            r["scenario"], r["strategy"], _size(r),
             f"{r['none_s']:.2f}", f"{r['assign_s']:.2f} ({r['assign_range'][0]:.2f}–{r['assign_range'][1]:.2f})",
             f"{r['rss_mb']:.0f}", f"{r['rack_s']:.2f}",
             f"{r['before']:,}", f"{r['after']:,}", "n/a (too big)" if r["gap"] is None else str(r["gap"]),
