@@ -250,8 +250,9 @@ def _members_to_scan(state: _Standbys, task: int, client: int, cls: tuple[int, .
                 chosen.add(holder)
     if not caught_up_here:
         chosen |= state.restoring_at[cls]
-    position = state.position_in_class
-    size = len(members)
+    if 8 * len(chosen) > len(members):
+        return [c for c in members[start:] + members[:start] if c in chosen]
+    position, size = state.position_in_class, len(members)
     return sorted(chosen, key=lambda c: (position[c] - start) % size)
 
 
