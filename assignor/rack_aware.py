@@ -163,11 +163,11 @@ def placement_problem(
     else:
         anchor = target.copy()
         if ranking is not None:
+            owners = group.prev_active_owner
             for row, task in enumerate(tasks):
-                owner = group.prev_active_owner.get(task)
-                planned = actives[task]
-                if task in ranking.holders and not ranking.caught_up(task, planned) and owner is not None \
-                        and ranking.caught_up(task, owner):
+                owner = owners.get(task)
+                if owner is not None and task in ranking.holders and ranking.caught_up(task, owner) \
+                        and not ranking.caught_up(task, actives[task]):
                     anchor[row] = client_index[owner]
     slots = np.bincount(target, minlength=len(group.clients)).astype(np.int64)
     keys = caps = None
