@@ -18,11 +18,13 @@ The graph has an arc only where a client reports state for a task (or ran it bef
 one hub per subtopology through which any task reaches any client: its size grows with the
 reported lags and previous owners, not with tasks x clients. Clients without state are
 interchangeable for a task, so the flow only decides how many of a subtopology's hub tasks
-each client takes; which ones is then dealt out in task order. Likewise, tasks whose only
-way out is the hub are interchangeable at one price: they share one node (``_hub_classes``),
-and a (subtopology, client) node exists only where some direct arc must count against that
-pair's cap (``_SubtopologyHubs``). A fresh group of 20,000 tasks and 500 clients is then a
-graph of about a thousand nodes, which OR-Tools solves in milliseconds.
+each client takes; which ones is then dealt out in task order. Likewise, tasks alike in their
+ways out (hub price, previous owner, the prices of their special clients) share one node
+(``_TaskClasses``), and a (subtopology, client) node exists only where some direct arc must
+count against that pair's cap (``_SubtopologyHubs``). A fresh group of 20,000 tasks and 500
+clients is then a graph of about a thousand nodes, which OR-Tools solves in milliseconds; the
+same group settled and scaling out (every task with a previous owner and a caught-up standby)
+has one node per (subtopology, previous owner) rather than per task.
 """
 
 from __future__ import annotations
@@ -211,60 +213,205 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
     stateful_nodes = np.array([stateful_node[c] for c in clients], dtype=np.int64)
     hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
                             lambda key: stateful_nodes if key[1] else client_nodes)
-    direct: list[tuple[int, TaskId, str]] = []
-    via_hub: dict[tuple[int, bool], list[tuple[int, TaskId]]] = defaultdict(list)
-    hub_only: dict[tuple[tuple[int, bool], int, int], list[TaskId]] = defaultdict(list)
+    classes = _TaskClasses(units=1)
+    hub_only = classes.hub_only
     for task, spec in group.specs.items():
         key = _group_key(spec)
         owner = group.prev_active_owner.get(task)
-        holders = ranking.holders[task] if spec.stateful else ()
-        hub_cost = costs.no_state_arc(ranking, task) if spec.stateful else MOVE
-        if owner is None and not holders:
-            hub_only[key, hubs.hub[key], hub_cost].append(task)
-            continue
-        node = graph.node()
-        graph.supply(node, 1)
         if spec.stateful:
-            for client in sorted(holders):
-                cost = costs.stateful_arc(ranking, task, client, sticky=client == owner)
-                direct.append((graph.arc(node, hubs.node(key, client), 1, cost), task, client))
-            if owner is not None and owner not in holders:
-                cost = costs.stateful_arc(ranking, task, owner, sticky=True)
-                direct.append((graph.arc(node, hubs.node(key, owner), 1, cost), task, owner))
-        elif owner is not None:
-            direct.append((graph.arc(node, hubs.node(key, owner), 1, 0), task, owner))
-        via_hub[key].append((graph.arc(node, hubs.hub[key], 1, hub_cost), task))
-    hub_classes = _hub_classes(graph, hub_only, units=1)
+            hub_cost = costs.no_state_arc(ranking, task)
+            holders = ranking.holders[task]
+            if owner is None and not holders:
+                hub_only[key, hubs.hub[key], hub_cost].append(task)
+                continue
+            special = {client: costs.stateful_arc(ranking, task, client, sticky=client == owner) for client in holders}
+            if owner is not None and owner not in special:
+                special[owner] = costs.stateful_arc(ranking, task, owner, sticky=True)
+        elif owner is None:
+            hub_only[key, hubs.hub[key], MOVE].append(task)
+            continue
+        else:
+            hub_cost, special = MOVE, {owner: 0}
+        classes.add(task, key, hubs.hub[key], hub_cost, special, owner)
+    classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
     graph.solve()
 
-    target: dict[TaskId, str] = {}
-    for arc, task, client in direct:
-        if graph.flow(arc):
-            target[task] = client
+    pick_tasks, pick_clients, hub_tasks, _ = classes.decode(graph)
+    target = dict(zip(pick_tasks, pick_clients, strict=True))
     for key in keys:
-        hub_tasks = sorted([task for arc, task in via_hub[key] if graph.flow(arc)] + hub_classes.get(key, []))
-        if not hub_tasks:
+        tasks = hub_tasks.get(key)
+        if not tasks:
             continue
         counts = hubs.units(graph, key)
-        for task, client in zip(hub_tasks, round_robin(counts, clients), strict=True):
+        for task, client in zip(tasks, round_robin(counts, clients), strict=True):
             target[task] = client
     return target
 
 
-def _hub_classes(graph: FlowGraph, hub_only: Mapping[tuple, list[TaskId]], units: int) -> dict:
-    """Tasks whose one way out is the same hub entry at the same price are interchangeable: a
-    class of them is one node with their summed supply, so the graph grows with reported state
-    and previous owners, not with tasks. ``hub_only`` maps (key, entry node, price) to tasks;
-    all of a class's units leave by its one arc, so every task of it is a hub task of its key."""
-    tasks_of: dict = defaultdict(list)
-    for (key, entry, cost), tasks in hub_only.items():
-        node = graph.node()
-        graph.supply(node, units * len(tasks))
-        graph.arc(node, entry, units * len(tasks), cost)
-        tasks_of[key].extend(tasks)
-    return tasks_of
+class _TaskClasses:
+    """Tasks that the flow cannot tell apart share one node: the graph grows with the distinct
+    ways tasks can be placed (subtopology, previous owner, prices), not with tasks.
+
+    A task leaves by its hub entry (any client, at its hub price) or by an arc to one of its
+    *special* clients (a previous owner, a client reporting state), each at its own price.
+    Tasks of one subtopology key with the same entry, hub price and *anchor* (the previous
+    owner, with its price, when the task has other special clients too) form a class: one node
+    with their summed supply, an arc to the hub entry and one to the anchor, each able to carry
+    every unit of the class. A task with exactly one further special client adds to the
+    class's arc to that client at that price (capacity: how many of its tasks have it); a task
+    with several gets a row node of its own under its class (capacity 1), with an arc to each.
+
+    Exact: every per-task assignment sums to a class flow of the same cost, and every class
+    flow decomposes into one (``decode``): a special arc's units go to tasks having that
+    special client, a row's unit to its task, and the class's other tasks take the anchor and
+    hub units in any pairing, at one price for all of them. With several units per task (more
+    than one standby) a task's units could split between special arcs and the hub, which the
+    class cannot see; then a class shares only tasks with at most one special client (its other
+    units go to the hub whatever the pairing), and every other task is a class alone.
+
+    Built for 20,000 tasks: a class keeps its tasks' special clients in one flat list, so that
+    the objects that outlive ``add`` (and that Python's collector then scans) stay few.
+    """
+
+    def __init__(self, units: int) -> None:
+        self._units = units
+        self._classes: dict[tuple, _Class] = {}
+        # Tasks without special clients (every task of a fresh group), by (key, entry, hub price):
+        # callers append to it directly, the cheapest way to ``add`` them.
+        self.hub_only: dict[tuple, list[TaskId]] = defaultdict(list)
+
+    def add(self, task: TaskId, key, entry: int, hub_cost: int, special: Mapping[str, int],
+            owner: str | None) -> None:
+        """Place ``task`` in its class; ``special`` maps its special clients to their prices."""
+        units = self._units
+        if units == 1 and owner in special and len(special) > 1:
+            anchor, anchor_cost = owner, special[owner]
+            others = [item for item in special.items() if item[0] != owner]
+        else:
+            anchor = anchor_cost = None
+            others = list(special.items())
+        several = len(others) > 1
+        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if several and units > 1 else None)
+        members = self._classes.get(class_key)
+        if members is None:
+            members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
+        members.tasks.append(task)
+        if several and units == 1:
+            others.sort()
+            members.rows.append((task, others))
+        else:
+            for client, cost in others:
+                members.extras += (client, cost, task)
+
+    def build(self, graph: FlowGraph, hubs: _SubtopologyHubs) -> None:
+        for (key, entry, hub_cost), tasks in self.hub_only.items():
+            members = self._classes.get((key, entry, hub_cost, None, None, None))
+            if members is None:
+                members = self._classes[key, entry, hub_cost, None, None, None] = _Class(key, entry, hub_cost, None, None)
+            members.tasks.extend(tasks)
+        units = self._units
+        tails, heads, capacities, prices = [], [], [], []
+        for members in self._classes.values():
+            node = graph.node()
+            size = len(members.tasks)
+            graph.supply(node, units * size)
+            members.start = len(tails)
+            tails.append(node), heads.append(members.entry), capacities.append(units * size)
+            prices.append(members.hub_cost)
+            key, extras = members.key, members.extras
+            if members.anchor is not None:
+                tails.append(node), heads.append(hubs.node(key, members.anchor)), capacities.append(size)
+                prices.append(members.anchor_cost)
+            if len(extras) > 3:  # sorted by (client, price, task): a run of one client and price is one arc
+                extras[:] = [field for triple in sorted(zip(extras[::3], extras[1::3], extras[2::3], strict=True))
+                             for field in triple]
+            for start, stop in _runs(extras):
+                tails.append(node), heads.append(hubs.node(key, extras[start])), capacities.append((stop - start) // 3)
+                prices.append(extras[start + 1])
+            for _, others in members.rows:
+                row = graph.node()
+                tails.append(node), heads.append(row), capacities.append(1), prices.append(0)
+                for client, cost in others:
+                    tails.append(row), heads.append(hubs.node(key, client)), capacities.append(1), prices.append(cost)
+        self._arcs = graph.arcs(tails, heads, capacities, prices)
+
+    def decode(self, graph: FlowGraph) -> tuple[list[TaskId], list[str], dict, dict[TaskId, int]]:
+        """One decomposition of the solved flow, deterministic: the direct placements (tasks and
+        their clients, in two lists); per key its hub tasks, sorted; the hub units of those hub
+        tasks that take fewer than ``units`` (the others take ``units``)."""
+        pick_tasks: list[TaskId] = []
+        pick_clients: list[str] = []
+        hub_tasks: dict = defaultdict(list)
+        short: dict[TaskId, int] = {}
+        taken: dict[TaskId, int] = defaultdict(int)
+        flows = graph.flows(self._arcs).tolist()
+        units = self._units
+        for members in self._classes.values():
+            extras, rows = members.extras, members.rows
+            if members.anchor is None and not extras and not rows:
+                hub_tasks[members.key].extend(members.tasks)
+                continue
+            arc = members.start + 1  # after the hub arc: its units are whatever the rest leaves
+            anchor_units = 0
+            if members.anchor is not None:
+                anchor_units = flows[arc]
+                arc += 1
+            for start, stop in _runs(extras):
+                for index in range(start, min(stop, start + 3 * flows[arc]), 3):
+                    pick_tasks.append(extras[index + 2])
+                    pick_clients.append(extras[index])
+                    taken[extras[index + 2]] += 1
+                arc += 1
+            for task, others in rows:
+                if flows[arc]:
+                    for offset, (client, _) in enumerate(others, start=arc + 1):
+                        if flows[offset]:
+                            pick_tasks.append(task)
+                            pick_clients.append(client)
+                            taken[task] += 1
+                arc += 1 + len(others)
+            for task in members.tasks:
+                left = units - taken.get(task, 0)
+                if anchor_units and left:
+                    pick_tasks.append(task)
+                    pick_clients.append(members.anchor)
+                    anchor_units -= 1
+                elif left:
+                    hub_tasks[members.key].append(task)
+                    if left < units:
+                        short[task] = left
+        for tasks in hub_tasks.values():
+            tasks.sort()
+        return pick_tasks, pick_clients, hub_tasks, short
+
+
+def _runs(extras: list) -> list[tuple[int, int]]:
+    """[start, stop) of each run of one (client, price) in a flat (client, price, task) list."""
+    runs = []
+    start = 0
+    for index in range(3, len(extras), 3):
+        if extras[index] != extras[start] or extras[index + 1] != extras[start + 1]:
+            runs.append((start, index))
+            start = index
+    if extras:
+        runs.append((start, len(extras)))
+    return runs
+
+
+class _Class:
+    """One class of ``_TaskClasses`` while the graph is built and decoded."""
+
+    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "rows", "start")
+
+    def __init__(self, key, entry: int, hub_cost: int, anchor: str | None, anchor_cost: int | None) -> None:
+        self.key, self.entry, self.hub_cost = key, entry, hub_cost
+        self.anchor, self.anchor_cost = anchor, anchor_cost
+        self.tasks: list[TaskId] = []
+        self.extras: list = []  # (client, price, task) of every task's one further special client, flat
+        self.rows: list[tuple[TaskId, list[tuple[str, int]]]] = []
+        self.start = 0  # its first arc among the graph's class arcs, once built
 
 
 def round_robin(counts: Mapping[str, int], clients: Sequence[str]) -> list[str]:
@@ -334,9 +481,8 @@ def standby_target(
     if formulation == "tree":
         trees = {key: _AllButOneHub(graph, hubs.nodes(key)) for key in sorted(counts)}
     position = {client: index for index, client in enumerate(clients)}
-    direct: list[tuple[int, TaskId, str]] = []
-    via_hub: dict[int, list[tuple[int, TaskId]]] = defaultdict(list)
-    hub_only: dict[tuple[int, int, int], list[TaskId]] = defaultdict(list)
+    classes = _TaskClasses(units=per_task)
+    hub_only = classes.hub_only
     if exact:
         task_nodes = graph.nodes(len(group.stateful))
         graph.supplies(task_nodes, per_task)
@@ -346,25 +492,18 @@ def standby_target(
         key = task.subtopology
         active = actives[task]
         entry = trees[key].entry(position[active]) if trees else hubs.hub[key]
-        hub_cost = costs.no_state_arc(ranking, task)
         owner = group.prev_active_owner.get(task)
         previous = group.prev_standby_holders.get(task, frozenset())
         if owner is not None:
             previous = previous | {owner}
         holders = ranking.holders[task]
-        candidates = (holders.keys() | previous) - {active} if holders or previous else ()
-        if not candidates:
-            hub_only[key, entry, hub_cost].append(task)
+        if not holders and not previous:
+            hub_only[key, entry, costs.no_state_arc(ranking, task)].append(task)
             continue
-        node = graph.node()
-        graph.supply(node, per_task)
-        for client in sorted(candidates):
-            if client not in group.threads:
-                continue
-            cost = costs.stateful_arc(ranking, task, client, sticky=client in previous)
-            direct.append((graph.arc(node, hubs.node(key, client), 1, cost), task, client))
-        via_hub[key].append((graph.arc(node, entry, per_task, hub_cost), task))
-    hub_classes = _hub_classes(graph, hub_only, units=per_task)
+        special = {client: costs.stateful_arc(ranking, task, client, sticky=client in previous)
+                   for client in (holders.keys() | previous) - {active} if client in group.threads}
+        classes.add(task, key, entry, costs.no_state_arc(ranking, task), special, owner)
+    classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -per_task * len(group.stateful))
     graph.solve()
@@ -374,18 +513,16 @@ def standby_target(
         for index in np.flatnonzero(graph.flows(all_arcs)).tolist():
             row, column = divmod(int(allowed[index]), len(clients))
             chosen[group.stateful[row]].append(clients[column])
-    for arc, task, client in direct:
-        if graph.flow(arc):
-            chosen[task].append(client)
+    pick_tasks, pick_clients, hub_units, short = classes.decode(graph)
+    for task, client in zip(pick_tasks, pick_clients, strict=True):
+        chosen[task].append(client)
     load: dict[str, int] = defaultdict(int)
     for holders in chosen.values():
         for client in holders:
             load[client] += 1
-    for key in sorted(via_hub.keys() | hub_classes.keys()):
-        entries = via_hub.get(key, ())
+    for key in sorted(hub_units):
         units = hubs.units(graph, key)
-        hub_tasks = sorted([(task, graph.flow(arc)) for arc, task in entries if graph.flow(arc)]
-                           + [(task, per_task) for task in hub_classes.get(key, ())])
+        hub_tasks = [(task, short.get(task, per_task)) for task in hub_units[key]]
         buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
         if per_task == 1:
             if not trees and _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives):
