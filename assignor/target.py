@@ -266,10 +266,11 @@ class _TaskClasses:
     Exact: every per-task assignment sums to a class flow of the same cost, and every class
     flow decomposes into one (``decode``): a special arc's units go to tasks having that
     special client, a row's unit to its task, and the class's other tasks take the anchor and
-    hub units in any pairing, at one price for all of them. With several units per task (more
-    than one standby) a task's units could split between special arcs and the hub, which the
-    class cannot see; then a class shares only tasks with at most one special client (its other
-    units go to the hub whatever the pairing), and every other task is a class alone.
+    hub units in any pairing, at one price for all of them. With u > 1 units per task (several
+    standbys; no anchor then) a task's units split between special arcs, one unit each at most,
+    and the hub: a class shares the tasks with at most u special clients, which can take any
+    subset of them and send the rest to the hub, so any dealing of the special arcs' units
+    decomposes; a task with more is a class alone (its own node, as if unclassed).
 
     Built for 20,000 tasks: a class keeps its tasks' special clients in one flat list, so that
     the objects that outlive ``add`` (and that Python's collector then scans) stay few.
@@ -292,13 +293,13 @@ class _TaskClasses:
         else:
             anchor = anchor_cost = None
             others = list(special.items())
-        several = len(others) > 1
-        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if several and units > 1 else None)
+        alone = units > 1 and len(others) > units
+        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if alone else None)
         members = self._classes.get(class_key)
         if members is None:
             members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
         members.tasks.append(task)
-        if several and units == 1:
+        if units == 1 and len(others) > 1:
             others.sort()
             members.rows.append((task, others))
         else:
