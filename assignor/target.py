@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -51,6 +51,8 @@ STATEFUL_FLOOR = 10**8
 OVER_CEILING = 4 * 10**8  # only when constraints leave no other way
 TIER_COST = {Tier.CAUGHT_UP: 0, Tier.LAGGING: 10_000_000, Tier.UNKNOWN: 12_000_000, Tier.NO_STATE: 15_000_000}
 MOVE = 10
+# TIER_COST of a non-zero rank by its residue mod 4 (ranking.tier_of): lagging, unknown, no state
+_TIER_BY_RESIDUE = (TIER_COST[Tier.LAGGING], TIER_COST[Tier.UNKNOWN], TIER_COST[Tier.NO_STATE], None)
 SUBTOPOLOGY_EXCESS = 1
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use every arc
@@ -115,6 +117,18 @@ class CostModel:
     def no_state_arc(self, ranking: Ranking, task: TaskId) -> int:
         tier = TIER_COST[tier_of(ranking.absent[task])] if self.lag_aware else 0
         return tier + MOVE
+
+    def special_arcs(self, ranking: Ranking, task: TaskId, clients: Iterable[str],
+                     sticky: Container[str]) -> dict[str, int]:
+        """``stateful_arc`` of one task on each of ``clients``, in one pass (the targets' hot loop)."""
+        if not self.lag_aware:
+            return {client: 0 if client in sticky else MOVE for client in clients}
+        ranks, absent = ranking.holders[task], ranking.absent[task]
+        prices = {}
+        for client in clients:
+            rank = ranks.get(client, absent)
+            prices[client] = (_TIER_BY_RESIDUE[rank & 3] if rank else 0) + (0 if client in sticky else MOVE)
+        return prices
 
 
 def restoration_cost(ranking: Ranking, actives: Mapping[TaskId, str], tasks: Sequence[TaskId]) -> int:
@@ -224,9 +238,8 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
             if owner is None and not holders:
                 hub_only[key, hubs.hub[key], hub_cost].append(task)
                 continue
-            special = {client: costs.stateful_arc(ranking, task, client, sticky=client == owner) for client in holders}
-            if owner is not None and owner not in special:
-                special[owner] = costs.stateful_arc(ranking, task, owner, sticky=True)
+            special = costs.special_arcs(ranking, task, holders if owner is None or owner in holders
+                                         else [*holders, owner], (owner,))
         elif owner is None:
             hub_only[key, hubs.hub[key], MOVE].append(task)
             continue
@@ -283,27 +296,29 @@ class _TaskClasses:
         # callers append to it directly, the cheapest way to ``add`` them.
         self.hub_only: dict[tuple, list[TaskId]] = defaultdict(list)
 
-    def add(self, task: TaskId, key, entry: int, hub_cost: int, special: Mapping[str, int],
+    def add(self, task: TaskId, key, entry: int, hub_cost: int, special: dict[str, int],
             owner: str | None) -> None:
-        """Place ``task`` in its class; ``special`` maps its special clients to their prices."""
+        """Place ``task`` in its class; ``special`` maps its special clients to their prices
+        (and is consumed)."""
         units = self._units
-        if units == 1 and owner in special and len(special) > 1:
-            anchor, anchor_cost = owner, special[owner]
-            others = [item for item in special.items() if item[0] != owner]
-        else:
-            anchor = anchor_cost = None
-            others = list(special.items())
-        alone = units > 1 and len(others) > units
+        anchor = anchor_cost = None
+        if units == 1 and len(special) > 1 and owner in special:
+            anchor, anchor_cost = owner, special.pop(owner)
+        alone = units > 1 and len(special) > units
         class_key = (key, entry, hub_cost, anchor, anchor_cost, task if alone else None)
         members = self._classes.get(class_key)
         if members is None:
             members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
         members.tasks.append(task)
-        if units == 1 and len(others) > 1:
-            others.sort()
-            members.rows.append((task, others))
-        else:
-            for client, cost in others:
+        if len(special) <= 1:
+            for client, cost in special.items():
+                members.extras += (client, cost, task)
+        elif units == 1:
+            if not members.rows:
+                members.rows = []
+            members.rows.append((task, sorted(special.items())))
+        else:  # in client order, whatever order the caller's clients came in
+            for client, cost in sorted(special.items()):
                 members.extras += (client, cost, task)
 
     def build(self, graph: FlowGraph, hubs: _SubtopologyHubs) -> None:
@@ -313,29 +328,29 @@ class _TaskClasses:
                 members = self._classes[key, entry, hub_cost, None, None, None] = _Class(key, entry, hub_cost, None, None)
             members.tasks.extend(tasks)
         units = self._units
-        tails, heads, capacities, prices = [], [], [], []
+        arcs: list[int] = []  # tail, head, capacity, price of each arc, flat
+        add = arcs.extend
         for members in self._classes.values():
             node = graph.node()
             size = len(members.tasks)
             graph.supply(node, units * size)
-            members.start = len(tails)
-            tails.append(node), heads.append(members.entry), capacities.append(units * size)
-            prices.append(members.hub_cost)
+            members.start = len(arcs) // 4
+            add((node, members.entry, units * size, members.hub_cost))
             key, extras = members.key, members.extras
             if members.anchor is not None:
-                tails.append(node), heads.append(hubs.node(key, members.anchor)), capacities.append(size)
-                prices.append(members.anchor_cost)
-            if len(extras) > 3:  # sorted by (client, price, task): a run of one client and price is one arc
+                add((node, hubs.node(key, members.anchor), size, members.anchor_cost))
+            if len(extras) > 6:  # sorted by (client, price, task), so that one arc carries a run of one
+                # client and price (two extras are a run or not already)
                 extras[:] = [field for triple in sorted(zip(extras[::3], extras[1::3], extras[2::3], strict=True))
                              for field in triple]
             for start, stop in _runs(extras):
-                tails.append(node), heads.append(hubs.node(key, extras[start])), capacities.append((stop - start) // 3)
-                prices.append(extras[start + 1])
+                add((node, hubs.node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
             for _, others in members.rows:
                 row = graph.node()
-                tails.append(node), heads.append(row), capacities.append(1), prices.append(0)
+                add((node, row, 1, 0))
                 for client, cost in others:
-                    tails.append(row), heads.append(hubs.node(key, client)), capacities.append(1), prices.append(cost)
+                    add((row, hubs.node(key, client), 1, cost))
+        tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
 
     def decode(self, graph: FlowGraph) -> tuple[list[TaskId], list[str], dict, dict[TaskId, int]]:
@@ -388,8 +403,10 @@ class _TaskClasses:
         return pick_tasks, pick_clients, hub_tasks, short
 
 
-def _runs(extras: list) -> list[tuple[int, int]]:
+def _runs(extras: list) -> Sequence[tuple[int, int]]:
     """[start, stop) of each run of one (client, price) in a flat (client, price, task) list."""
+    if len(extras) <= 3:
+        return ((0, 3),) if extras else ()
     runs = []
     start = 0
     for index in range(3, len(extras), 3):
@@ -411,7 +428,7 @@ class _Class:
         self.anchor, self.anchor_cost = anchor, anchor_cost
         self.tasks: list[TaskId] = []
         self.extras: list = []  # (client, price, task) of every task's one further special client, flat
-        self.rows: list[tuple[TaskId, list[tuple[str, int]]]] = []
+        self.rows: list[tuple[TaskId, list[tuple[str, int]]]] | tuple[()] = ()  # a list once a task has several
         self.start = 0  # its first arc among the graph's class arcs, once built
 
 
@@ -501,8 +518,8 @@ def standby_target(
         if not holders and not previous:
             hub_only[key, entry, costs.no_state_arc(ranking, task)].append(task)
             continue
-        special = {client: costs.stateful_arc(ranking, task, client, sticky=client in previous)
-                   for client in (holders.keys() | previous) - {active} if client in group.threads}
+        special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {active}
+                                                     if client in group.threads], previous)
         classes.add(task, key, entry, costs.no_state_arc(ranking, task), special, owner)
     classes.build(graph, hubs)
     hubs.close()

@@ -339,5 +339,6 @@ def test_targets_ignore_the_order_of_the_input(group, seed):
         ranking = rank_clients(tasks, members, ACCEPTABLE_RECOVERY_LAG)
         costs = CostModel(lag_aware=True)
         actives = target.active_target(index, ranking, costs)
-        results.append((actives, target.standby_target(index, ranking, costs, actives, 1, formulation="hub")))
+        results.append((actives, *(target.standby_target(index, ranking, costs, actives, standbys, formulation=f)
+                                   for standbys, f in ((1, "hub"), (1, "tree"), (2, "hub")))))
     assert results[0] == results[1]
