@@ -268,25 +268,21 @@ class _TaskClasses:
     ways tasks can be placed (subtopology, previous owner, prices), not with tasks.
 
     A task leaves by its hub entry (any client, at its hub price) or by an arc to one of its
-    *special* clients (a previous owner, a client reporting state), each at its own price.
-    Tasks of one subtopology key with the same entry, hub price and *anchor* (the previous
-    owner, with its price, when the task has other special clients too) form a class: one node
-    with their summed supply, an arc to the hub entry and one to the anchor, each able to carry
-    every unit of the class. A task with exactly one further special client adds to the
-    class's arc to that client at that price (capacity: how many of its tasks have it); a task
-    with several gets a row node of its own under its class (capacity 1), with an arc to each.
+    *special* clients (a previous owner, a client reporting state), each at its own price,
+    carrying one of its u units (u standbys per task; 1 for actives). Tasks of one subtopology
+    key with the same entry and hub price form a class: one node with their summed supply and
+    an arc to the hub entry able to carry all of it. With u = 1, a task that has other special
+    clients besides its previous owner joins the class of that *anchor* (the owner, at its
+    price), whose arc to it can carry every unit of the class. Each further special client
+    adds to the class's arc to that client at that price, of capacity how many of the class's
+    tasks have it; a task with more further special clients than u is a class alone (its own
+    node, as without classes).
 
     Exact: every per-task assignment sums to a class flow of the same cost, and every class
-    flow decomposes into one (``decode``): a special arc's units go to tasks having that
-    special client, a row's unit to its task, and the class's other tasks take the anchor and
-    hub units in any pairing, at one price for all of them. With u > 1 units per task (several
-    standbys; no anchor then) a task's units split between special arcs, one unit each at most,
-    and the hub: a class shares the tasks with at most u special clients, which can take any
-    subset of them and send the rest to the hub, so any dealing of the special arcs' units
-    decomposes; a task with more is a class alone (its own node, as if unclassed).
-
-    Built for 20,000 tasks: a class keeps its tasks' special clients in one flat list, so that
-    the objects that outlive ``add`` (and that Python's collector then scans) stay few.
+    flow decomposes into one (``decode``): a special arc's units go to tasks having that special
+    client, in task order (a task takes at most u of them, one per client, since it has at most
+    u), and the class's tasks then take the anchor's and the hub's units in any pairing, at one
+    price for all of them.
     """
 
     def __init__(self, units: int) -> None:
@@ -304,22 +300,14 @@ class _TaskClasses:
         anchor = anchor_cost = None
         if units == 1 and len(special) > 1 and owner in special:
             anchor, anchor_cost = owner, special.pop(owner)
-        alone = units > 1 and len(special) > units
-        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if alone else None)
+        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if len(special) > units else None)
         members = self._classes.get(class_key)
         if members is None:
             members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
         members.tasks.append(task)
-        if len(special) <= 1:
-            for client, cost in special.items():
-                members.extras += (client, cost, task)
-        elif units == 1:
-            if not members.rows:
-                members.rows = []
-            members.rows.append((task, sorted(special.items())))
-        else:  # in client order, whatever order the caller's clients came in
-            for client, cost in sorted(special.items()):
-                members.extras += (client, cost, task)
+        # in client order, whatever order the caller's clients came in
+        for client, cost in sorted(special.items()) if len(special) > 1 else special.items():
+            members.extras += (client, cost, task)
 
     def build(self, graph: FlowGraph, hubs: _SubtopologyHubs) -> None:
         for (key, entry, hub_cost), tasks in self.hub_only.items():
@@ -345,11 +333,6 @@ class _TaskClasses:
                              for field in triple]
             for start, stop in _runs(extras):
                 add((node, hubs.node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
-            for _, others in members.rows:
-                row = graph.node()
-                add((node, row, 1, 0))
-                for client, cost in others:
-                    add((row, hubs.node(key, client), 1, cost))
         tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
 
@@ -365,8 +348,8 @@ class _TaskClasses:
         flows = graph.flows(self._arcs).tolist()
         units = self._units
         for members in self._classes.values():
-            extras, rows = members.extras, members.rows
-            if members.anchor is None and not extras and not rows:
+            extras = members.extras
+            if members.anchor is None and not extras:
                 hub_tasks[members.key].extend(members.tasks)
                 continue
             arc = members.start + 1  # after the hub arc: its units are whatever the rest leaves
@@ -380,14 +363,6 @@ class _TaskClasses:
                     pick_clients.append(extras[index])
                     taken[extras[index + 2]] += 1
                 arc += 1
-            for task, others in rows:
-                if flows[arc]:
-                    for offset, (client, _) in enumerate(others, start=arc + 1):
-                        if flows[offset]:
-                            pick_tasks.append(task)
-                            pick_clients.append(client)
-                            taken[task] += 1
-                arc += 1 + len(others)
             for task in members.tasks:
                 left = units - taken.get(task, 0)
                 if anchor_units and left:
@@ -421,14 +396,13 @@ def _runs(extras: list) -> Sequence[tuple[int, int]]:
 class _Class:
     """One class of ``_TaskClasses`` while the graph is built and decoded."""
 
-    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "rows", "start")
+    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "start")
 
     def __init__(self, key, entry: int, hub_cost: int, anchor: str | None, anchor_cost: int | None) -> None:
         self.key, self.entry, self.hub_cost = key, entry, hub_cost
         self.anchor, self.anchor_cost = anchor, anchor_cost
         self.tasks: list[TaskId] = []
-        self.extras: list = []  # (client, price, task) of every task's one further special client, flat
-        self.rows: list[tuple[TaskId, list[tuple[str, int]]]] | tuple[()] = ()  # a list once a task has several
+        self.extras: list = []  # (client, price, task) for each further special client of each task, flat
         self.start = 0  # its first arc among the graph's class arcs, once built
 
 
