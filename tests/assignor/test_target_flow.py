@@ -3,7 +3,8 @@ the optimum of the graph with one node per task and an arc to every client.
 
 The reference graph is built here from the raw group: prices from the ranks (KIP-441
 "Computing the most-caught-up instances") and the cost weights, balance windows from
-``assignor.balance.quotas``; it shares no code with the flows under test. Its optimum is
+``assignor.balance.quotas``; of the code under test it shares only the solver's wrapper
+(``assignor.flow.FlowGraph``). Its optimum is
 compared with the optimum the target's own solve reports, and the target's decoded result is
 priced here too: it must cost exactly that optimum (the decomposition loses nothing).
 """
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from assignor import target
+from assignor.balance import quotas
 from assignor.flow import FlowGraph
 from assignor.model import LATEST, UNKNOWN, ClientState, TaskId, TaskSpec
 from assignor.ranking import rank_clients, tier_of
@@ -131,13 +133,13 @@ class _Instance:
         return {(key, c): -(-count * self.threads[c] // total) for key, count in counts.items() for c in self.clients}
 
     def active_windows(self):
-        return target.quotas(len(self.specs), self.threads), target.quotas(len(self.stateful), self.threads)
+        return quotas(len(self.specs), self.threads), quotas(len(self.stateful), self.threads)
 
     def standby_windows(self, actives: dict, per_task: int) -> dict[str, tuple[int, int]]:
         on = defaultdict(int)
         for task in self.stateful:
             on[actives[task]] += 1
-        replicas = target.quotas(len(self.stateful) * (1 + per_task), self.threads, limit=len(self.stateful))
+        replicas = quotas(len(self.stateful) * (1 + per_task), self.threads, limit=len(self.stateful))
         windows = {}
         for c in self.clients:
             floor = max(0, replicas[c].floor - on[c])
