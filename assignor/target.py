@@ -603,7 +603,10 @@ def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, hubs, 
         previous = group.prev_standby_holders.get(task, frozenset()) | {group.prev_active_owner.get(task)}
         for client in ranking.holders[task].keys() | (previous - {None}):
             if client in position:
-                cost[row, position[client]] = costs.stateful_arc(ranking, task, client, sticky=client in previous)
+                # As in the hub formulations, a client whose state is worth less than none
+                # (a lagging report on an empty changelog) is priced as having none.
+                cost[row, position[client]] = min(cost[row, position[client]],
+                                                  costs.stateful_arc(ranking, task, client, sticky=client in previous))
     keys = sorted({task.subtopology for task in group.stateful})
     key_row = {key: index for index, key in enumerate(keys)}
     heads = np.array([hubs.nodes(key) for key in keys], dtype=np.int64)

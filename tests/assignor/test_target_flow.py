@@ -304,8 +304,8 @@ def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     """Tree (one standby): exact, and the decoded standbys cost its optimum. Hub: the relaxed
     optimum (a hub unit may land on the active, or twice on one client); with one standby, when
     an exact dealing of the hub units exists, the decoded standbys cost that optimum, which is
-    then the exact one. Without one, the target falls back to another formulation (small groups:
-    every arc, priced on its own terms), which this test does not cover."""
+    then the exact one. Without one, the target falls back to another formulation; when that is
+    every arc (small groups), its decoded standbys must cost the exact optimum too."""
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     group_index = Group.of(specs, clients)
@@ -326,6 +326,10 @@ def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
             event(f"{formulation}: decoded cost checked")
             assert standby_cost(inst, actives, result, per_task) == optimum, formulation
             assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed=False), formulation
+        elif formulations == [formulation, "every_arc"]:
+            event(f"{formulation} -> every_arc: decoded cost checked")
+            exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
+            assert standby_cost(inst, actives, result, per_task) == exact, formulation
 
 
 @settings(max_examples=60, deadline=None)
