@@ -1,10 +1,13 @@
 """KIP-925 rack awareness at scale: time, memory, cross-rack partitions and optimality gap.
 
-    PYTHONPATH=. .venv/bin/python bench/bench_rack.py [--quick] [--repeat N]
+    PYTHONPATH=. .venv/bin/python bench/bench_rack.py [--quick] [--repeat N] [--baseline REV]
 
 Each row runs in a fresh process (peak RSS is per row). Columns:
 - ``scenario``: ``fresh`` (no previous assignment, nobody has state) or ``scale-out`` (the group
   the same strategy settled, fed back with every replica caught up, plus 5% new clients);
+- ``REV assign s`` / ``ratio`` (with ``--baseline REV``): the same row on the assignor of git
+  revision REV, run just before this code's, and this code's median over it (a scale-out row
+  starts from the group each code settled itself);
 - ``none s``: ``assign`` with rack awareness off (the baseline: target computation and placement);
 - ``assign s`` / ``RSS MB``: the whole ``assign`` call with the strategy on, and the row's peak RSS;
   times are medians of ``--repeat`` calls (3) interleaved with the baseline's, range in brackets;
@@ -26,6 +29,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -152,28 +156,46 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 20,000-task rows")
     parser.add_argument("--repeat", type=int, default=3, help="assign calls per strategy and row (median shown)")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also time each row on the assignor of git revision REV, just before this code's run")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
         print(json.dumps(run_row(*json.loads(args.row))))
         return 0
-    header = ("scenario", "strategy", "tasks x clients (racks, standbys)", "none s", "assign s", "RSS MB", "rack s",
-              "cross before", "cross after", "gap")
+    header = ["scenario", "strategy", "tasks x clients (racks, standbys)", "none s", "assign s", "RSS MB", "rack s",
+              "cross before", "cross after", "gap"]
+    if args.baseline:
+        header[5:5] = [f"{args.baseline} assign s", "ratio"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     root = Path(__file__).resolve().parent.parent
-    for row in QUICK_ROWS if args.quick else ROWS:
-        out = subprocess.run([sys.executable, __file__, "--row", json.dumps([*row, args.repeat])],
-                             capture_output=True, text=True,
-                             cwd=root, env={"PYTHONPATH": str(root)}, check=True)
-        r = json.loads(out.stdout)
-        print(" | ".join([
-            r["scenario"], r["strategy"], _size(r),
-            f"{r['none_s']:.2f}", f"{r['assign_s']:.2f} ({r['assign_range'][0]:.2f}–{r['assign_range'][1]:.2f})",
-            f"{r['rss_mb']:.0f}", f"{r['rack_s']:.2f}",
-            f"{r['before']:,}", f"{r['after']:,}", "n/a (too big)" if r["gap"] is None else str(r["gap"]),
-        ]))
+    with tempfile.TemporaryDirectory() as baseline_root:
+        if args.baseline:
+            archive = subprocess.run(["git", "archive", args.baseline, "assignor"], cwd=root, capture_output=True,
+                                     check=True).stdout
+            subprocess.run(["tar", "-x", "-C", baseline_root], input=archive, check=True)
+        for row in QUICK_ROWS if args.quick else ROWS:
+            baseline = _run(row, args.repeat, baseline_root) if args.baseline else None
+            r = _run(row, args.repeat, str(root))
+            cells = [
+                r["scenario"], r["strategy"], _size(r),
+                f"{r['none_s']:.2f}", f"{r['assign_s']:.2f} ({r['assign_range'][0]:.2f}–{r['assign_range'][1]:.2f})",
+                f"{r['rss_mb']:.0f}", f"{r['rack_s']:.2f}",
+                f"{r['before']:,}", f"{r['after']:,}", "n/a (too big)" if r["gap"] is None else str(r["gap"]),
+            ]
+            if baseline:
+                cells[5:5] = [f"{baseline['assign_s']:.2f}", f"{r['assign_s'] / baseline['assign_s']:.2f}"]
+            print(" | ".join(cells))
     return 0
+
+
+def _run(row, repeat: int, assignor_root: str) -> dict:
+    """One row in a fresh process, importing ``assignor`` from ``assignor_root``."""
+    out = subprocess.run([sys.executable, __file__, "--row", json.dumps([*row, repeat])], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parent.parent, env={"PYTHONPATH": assignor_root},
+                         check=True)
+    return json.loads(out.stdout)
 
 
 if __name__ == "__main__":
