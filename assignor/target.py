@@ -110,17 +110,14 @@ class CostModel:
 
     lag_aware: bool
 
-    def stateful_arc(self, ranking: Ranking, task: TaskId, client: str, sticky: bool) -> int:
-        tier = TIER_COST[tier_of(ranking.rank(task, client))] if self.lag_aware else 0
-        return tier + (0 if sticky else MOVE)
-
     def no_state_arc(self, ranking: Ranking, task: TaskId) -> int:
         tier = TIER_COST[tier_of(ranking.absent[task])] if self.lag_aware else 0
         return tier + MOVE
 
     def special_arcs(self, ranking: Ranking, task: TaskId, clients: Iterable[str],
                      sticky: Container[str]) -> dict[str, int]:
-        """``stateful_arc`` of one task on each of ``clients``, in one pass (the targets' hot loop)."""
+        """The price of one task on each of ``clients`` that report state or held it: its tier
+        (lag-aware only) plus MOVE unless the client is in ``sticky``; in one pass (hot loop)."""
         if not self.lag_aware:
             return {client: 0 if client in sticky else MOVE for client in clients}
         ranks, absent = ranking.holders[task], ranking.absent[task]
@@ -601,12 +598,11 @@ def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, hubs, 
         cost[row, :] = costs.no_state_arc(ranking, task)
         allowed[row, position[actives[task]]] = False
         previous = group.prev_standby_holders.get(task, frozenset()) | {group.prev_active_owner.get(task)}
-        for client in ranking.holders[task].keys() | (previous - {None}):
-            if client in position:
-                # As in the hub formulations, a client whose state is worth less than none
-                # (a lagging report on an empty changelog) is priced as having none.
-                cost[row, position[client]] = min(cost[row, position[client]],
-                                                  costs.stateful_arc(ranking, task, client, sticky=client in previous))
+        special = [c for c in ranking.holders[task].keys() | (previous - {None}) if c in position]
+        for client, price in costs.special_arcs(ranking, task, special, previous).items():
+            # As in the hub formulations, a client whose state is worth less than none
+            # (a lagging report on an empty changelog) is priced as having none.
+            cost[row, position[client]] = min(cost[row, position[client]], price)
     keys = sorted({task.subtopology for task in group.stateful})
     key_row = {key: index for index, key in enumerate(keys)}
     heads = np.array([hubs.nodes(key) for key in keys], dtype=np.int64)
