@@ -385,8 +385,7 @@ def _runs(extras: list) -> Sequence[tuple[int, int]]:
         if extras[index] != extras[start] or extras[index + 1] != extras[start + 1]:
             runs.append((start, index))
             start = index
-    if extras:
-        runs.append((start, len(extras)))
+    runs.append((start, len(extras)))
     return runs
 
 
