@@ -77,8 +77,7 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     balanced = active_target(group, ranking, costs)
     view = rack_aware.RackView.of(group, config)
     actives, report = rack_aware.optimize_actives(group, balanced, config, ranking, view)
-    moved = [task for task in group.stateful if actives[task] != balanced[task]]
-    if report.enabled and restoration_cost(ranking, actives, moved) > restoration_cost(ranking, balanced, moved):
+    if report.enabled and _restores_more(group, ranking, balanced, actives):
         # Rack awareness may reshape the target among placements that are ready, but never
         # make more of it wait for restoration than the lag-aware target: that quantity must
         # fall from round to round for probing rebalances to stop (docs/assignor.md).
@@ -98,6 +97,13 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
         requests.extend(_place_stateful(placement, group, ranking, task, actives[task], standbys.get(task, ())))
     _grant_warmups(placement, requests, config.max_warmup_replicas)
     return _result(group, placement, config, report)
+
+
+def _restores_more(group: Group, ranking: Ranking, balanced: dict[TaskId, str], reshaped: dict[TaskId, str]) -> bool:
+    """Does the reshaped target leave more to restore than the lag-aware one? (Compared on the
+    stateful tasks it moved: elsewhere the two agree.)"""
+    moved = [task for task in group.stateful if reshaped[task] != balanced[task]]
+    return restoration_cost(ranking, reshaped, moved) > restoration_cost(ranking, balanced, moved)
 
 
 def _place_stateful(
