@@ -13,7 +13,15 @@ from types import MappingProxyType
 
 from hypothesis import strategies as st
 
-from assignor.model import LATEST, MAX_ACCEPTABLE_RECOVERY_LAG, UNKNOWN, AssignmentConfig, ClientState, TaskId, TaskSpec
+from assignor.model import (
+    LATEST,
+    MAX_ACCEPTABLE_RECOVERY_LAG,
+    UNKNOWN,
+    AssignmentConfig,
+    ClientState,
+    TaskId,
+    TaskSpec,
+)
 
 ACCEPTABLE_RECOVERY_LAG = 10_000
 # The lags drawn below straddle ACCEPTABLE_RECOVERY_LAG; the others make the changelogs
