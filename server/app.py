@@ -94,6 +94,10 @@ class Settings:
         )
 
 
+class ListenError(OSError):
+    """A port the server cannot listen on; the message names the address and its flag."""
+
+
 class LeaderServer:
     """One remote-leader server: ``await start()``, ``port``, ``await stop()``."""
 
@@ -108,6 +112,7 @@ class LeaderServer:
         self._metrics_http = None
         self.coordinator: Coordinator | None = None
         self.ownership: Ownership | None = None
+        self._started = False
 
     async def _serving(self, serving: bool) -> None:
         """A replica that cannot renew its leases reports NOT_SERVING until it can again."""
@@ -121,16 +126,29 @@ class LeaderServer:
         return AsyncioTimers(self.clock, lambda key, error: log.error("timer.failed", key=key, error=repr(error)))
 
     async def start(self) -> None:
+        """Bind the ports first, so that a busy address fails at once with nothing opened; on
+        any failure, close whatever did start (no thread left to keep the process alive)."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop(0)
+            raise
+
+    def _bind(self, server: grpc.aio.Server) -> None:
         s = self.settings
-        store: Store
-        if s.replicated:
-            self.ownership, store = await open_replicated(s.store, s.replica_id or default_replica_id(), s.lease_ms, self.metrics)
-        else:
-            store = GroupStore(Path(s.state_dir) / "state.db")
-        await store.open()
-        rebalance_log = RebalanceLog(Path(s.state_dir) / "rebalance-log", s.rebalance_log_max_bytes, s.rebalance_log_backups)
-        self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics)
-        self.coordinator.ownership = self.ownership
+        try:
+            if s.tls_cert and s.tls_key:
+                credentials = grpc.ssl_server_credentials([(Path(s.tls_key).read_bytes(), Path(s.tls_cert).read_bytes())])
+                self.port = server.add_secure_port(s.listen, credentials)
+            else:
+                self.port = server.add_insecure_port(s.listen)
+        except RuntimeError:  # grpc's "Failed to bind to address ...": a busy or foreign address
+            self.port = 0
+        if self.port == 0:
+            raise ListenError(f"cannot listen on {s.listen} (--listen): the address is in use or not on this host")
+
+    async def _start(self) -> None:
+        s = self.settings
         # A JoinGroup barrier parks one call per member: grpc's default max_pending_requests
         # (1,000 soft, 3,000 hard) would cancel the rest (docs/interfaces.md).
         options = [
@@ -141,22 +159,25 @@ class LeaderServer:
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)
+        self._bind(server)
+        self._server = server
+        store: Store
+        if s.replicated:
+            self.ownership, store = await open_replicated(s.store, s.replica_id or default_replica_id(), s.lease_ms, self.metrics)
+        else:
+            store = GroupStore(Path(s.state_dir) / "state.db")
+        await store.open()
+        rebalance_log = RebalanceLog(Path(s.state_dir) / "rebalance-log", s.rebalance_log_max_bytes, s.rebalance_log_backups)
+        self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics)
+        self.coordinator.ownership = self.ownership
         add_to_server(GroupLeaderServicer(self.coordinator), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
         )
-        if s.tls_cert and s.tls_key:
-            credentials = grpc.ssl_server_credentials([(Path(s.tls_key).read_bytes(), Path(s.tls_cert).read_bytes())])
-            self.port = server.add_secure_port(s.listen, credentials)
-        else:
-            self.port = server.add_insecure_port(s.listen)
-        if self.port == 0:
-            raise OSError(f"cannot listen on {s.listen}")
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
-        self._server = server
         await self.coordinator.start()
         address = advertised_address(s.advertise_address, s.listen, self.port)
         self.coordinator.replica = ReplicaInfo(s.replica_id, address)
@@ -168,8 +189,12 @@ class LeaderServer:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if s.metrics_port:
             host = s.listen.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
-            self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry)
+            try:
+                self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry)
+            except OSError as error:
+                raise ListenError(f"cannot listen on {host}:{s.metrics_port} (--metrics-port): {error.strerror or error}") from None
             self.metrics_port = self._metrics_http.server_port
+        self._started = True
         log.info("server.started", listen=s.listen, port=self.port, state_dir=str(s.state_dir), metrics_port=self.metrics_port)
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -192,4 +217,6 @@ class LeaderServer:
                 self._metrics_http.shutdown()
                 self._metrics_http.server_close()
             self._metrics_http = None
-        log.info("server.stopped")
+        if self._started:
+            log.info("server.stopped")
+        self._started = False
