@@ -63,6 +63,18 @@ class Metrics:
         self.warmups = Gauge("remote_leader_warmups_in_flight", "Warm-up replicas in the current assignment", ["group"], registry=r)
         self.probes_scheduled = Counter("remote_leader_probes_scheduled", "Probing rebalances scheduled", ["group", "reason"], registry=r)
         self.probes_fired = Counter("remote_leader_probes_fired", "Probing rebalances fired", ["group", "reason"], registry=r)
+        self.internal_errors = Counter(
+            "remote_leader_rpc_internal_errors", "Calls answered INTERNAL after an unexpected exception", ["method"], registry=r
+        )
+        self.refused = Counter(
+            "remote_leader_requests_refused",
+            "Calls refused by a limit or by authentication/authorization (docs/security.md)",
+            ["method", "code", "reason"],
+            registry=r,
+        )
+
+    def internal_errors_seen(self, method: str) -> None:
+        self.internal_errors.labels(method).inc()
 
 
 class Telemetry:
