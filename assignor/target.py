@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -415,136 +415,279 @@ def round_robin(counts: Mapping[str, int], clients: Sequence[str]) -> list[str]:
     return slots
 
 
+class _StandbyFlow:
+    """The part of the standby graph every formulation shares, then its solution decoded.
+
+    One node per client with the window of stateful replicas it may still take (balance over
+    actives plus standbys, scenario.md "Stateful balance"), the subtopology hubs, and the task
+    classes a formulation adds (``add_classes``). ``standbys`` decodes the solved flow; the
+    formulation deals each subtopology's hub units to tasks.
+    """
+
+    def __init__(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
+                 per_task: int) -> None:
+        self.group, self.ranking, self.costs, self.actives, self.per_task = group, ranking, costs, actives, per_task
+        self.graph = graph = FlowGraph()
+        clients = group.clients
+        replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
+        self.sink = sink = graph.node()
+        stateful_actives: dict[str, int] = defaultdict(int)
+        for task in group.stateful:
+            stateful_actives[actives[task]] += 1
+        replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+        for client in clients:
+            q = replicas[client]
+            floor = max(0, q.floor - stateful_actives[client])
+            ceiling = max(floor, q.ceiling - stateful_actives[client])
+            graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
+            graph.arc(replica_node[client], sink, ceiling - floor, 0)
+            graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING)
+        self.counts: dict[int, int] = defaultdict(int)
+        for task in group.stateful:
+            self.counts[task.subtopology] += per_task
+        replica_nodes = np.array([replica_node[c] for c in clients], dtype=np.int64)
+        self.hubs = _SubtopologyHubs(graph, self.counts, clients, group.threads, lambda key: replica_nodes)
+        self.position = {client: index for index, client in enumerate(clients)}
+        self.classes = _TaskClasses(units=per_task)
+        self.trees: dict[int, _AllButOneHub] = {}  # the tree formulation's, per subtopology
+        self.every_arc: tuple = ()  # the every-arc formulation's arcs and their (task, client) cells
+
+    def add_classes(self, entry: Callable[[int, str], int]) -> None:
+        """Every stateful task into its class; ``entry(subtopology, active)`` is the node through
+        which its standbys reach clients without its state."""
+        group, ranking, costs, actives = self.group, self.ranking, self.costs, self.actives
+        classes = self.classes
+        hub_only = classes.hub_only
+        for task in group.stateful:
+            key = task.subtopology
+            active = actives[task]
+            entry_node = entry(key, active)
+            owner = group.prev_active_owner.get(task)
+            previous = group.prev_standby_holders.get(task, frozenset())
+            if owner is not None:
+                previous = previous | {owner}
+            holders = ranking.holders[task]
+            if not holders and not previous:
+                hub_only[key, entry_node, costs.no_state_arc(ranking, task)].append(task)
+                continue
+            special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {active}
+                                                         if client in group.threads], previous)
+            classes.add(task, key, entry_node, costs.no_state_arc(ranking, task), special, owner)
+
+    def solve(self) -> None:
+        self.classes.build(self.graph, self.hubs)
+        self.hubs.close()
+        self.graph.supply(self.sink, -self.per_task * len(self.group.stateful))
+        self.graph.solve()
+
+    def standbys(self, formulation: StandbyFormulation,
+                 chosen: dict[TaskId, list[str]]) -> dict[TaskId, tuple[str, ...]] | None:
+        """The decoded standbys, ``chosen`` holding those the formulation decoded itself; None
+        when the formulation finds no exact dealing of some hub's units."""
+        group, graph = self.group, self.graph
+        pick_tasks, pick_clients, hub_units, short = self.classes.decode(graph)
+        for task, client in zip(pick_tasks, pick_clients, strict=True):
+            chosen[task].append(client)
+        load: dict[str, int] = defaultdict(int)
+        for holders in chosen.values():
+            for client in holders:
+                load[client] += 1
+        for key in sorted(hub_units):
+            units = self.hubs.units(graph, key)
+            hub_tasks = [(task, short.get(task, self.per_task)) for task in hub_units[key]]
+            pools = formulation.deal(self, key, hub_tasks, units, chosen, load)
+            if pools is None:
+                return None
+            for tasks, pool_units in pools:
+                dealer = _SlotDealer(pool_units, group, load, self.ranking)
+                for task, amount in tasks:
+                    for _ in range(amount):
+                        excluded = {self.actives[task], *chosen[task]}
+                        client = dealer.take(excluded)
+                        if client is None:
+                            client = dealer.take_by_swap(task, excluded, chosen, self.actives)
+                        chosen[task].append(client)
+        return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+
+    def by_active(self, hub_tasks: list[tuple[TaskId, int]], dealt: Mapping[int, Mapping[int, int]]) -> list[Pool]:
+        """Pools per active client (in client order): its tasks and the hub units dealt to them."""
+        clients = self.group.clients
+        buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
+        for task, amount in hub_tasks:
+            buckets[self.actives[task]].append((task, amount))
+        return [(tasks, {clients[i]: n for i, n in dealt.get(self.position[active], {}).items()})
+                for active, tasks in sorted(buckets.items())]
+
+
+# Hub units dealt to tasks by ``_SlotDealer``: the tasks (with the units each takes) and the
+# units per client that they share.
+Pool = tuple[list[tuple[TaskId, int]], Mapping[str, int]]
+
+
+class StandbyFormulation:
+    """One way to write the standby flow: how a task's standbys reach clients without its state,
+    and how the units a subtopology hub sends to each client become standbys of its tasks.
+
+    ``solve`` returns None only when the formulation finds no exact dealing of its hub units;
+    ``standby_formulations`` says which formulation runs when.
+    """
+
+    name = ""
+
+    def solve(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
+              per_task: int) -> dict[TaskId, tuple[str, ...]] | None:
+        flow = _StandbyFlow(group, ranking, costs, actives, per_task)
+        self.build(flow)
+        flow.solve()
+        chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
+        self.decode(flow, chosen)
+        return flow.standbys(self, chosen)
+
+    def build(self, flow: _StandbyFlow) -> None:
+        """Add the tasks' arcs to the flow."""
+        if flow.per_task != 1:
+            raise ValueError(f"the {self.name} formulation places one standby per task")
+        flow.add_classes(lambda key, active: flow.hubs.hub[key])
+
+    def decode(self, flow: _StandbyFlow, chosen: dict[TaskId, list[str]]) -> None:
+        """The standbys of the arcs the formulation added itself, before the classes' ones."""
+
+    def deal(self, flow: _StandbyFlow, key: int, hub_tasks: list[tuple[TaskId, int]], units: Mapping[str, int],
+             chosen: dict[TaskId, list[str]], load: dict[str, int]) -> list[Pool] | None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<standby formulation {self.name}>"
+
+
+class _Hub(StandbyFormulation):
+    """One standby per task. Clients without state are reached through one hub per subtopology;
+    the units each client receives are dealt to tasks away from each task's active, greedily
+    when that keeps the flow's counts, else by a small exact flow (``_deal_hub_units``). No
+    such dealing exists when one client runs most of a subtopology: ``solve`` returns None."""
+
+    name = "hub"
+
+    def deal(self, flow, key, hub_tasks, units, chosen, load):
+        if _deal_greedily(hub_tasks, units, flow.group, load, flow.ranking, chosen, flow.actives):
+            return []
+        bucket_units: dict[int, int] = defaultdict(int)
+        for task, amount in hub_tasks:
+            bucket_units[flow.position[flow.actives[task]]] += amount
+        position = flow.position
+        dealt = _deal_hub_units(bucket_units, {position[c]: n for c, n in units.items() if n}, len(flow.group.clients))
+        return None if dealt is None else flow.by_active(hub_tasks, dealt)
+
+
+class _Tree(StandbyFormulation):
+    """One standby per task. Each task enters a segment tree of its subtopology at the point
+    that excludes its active (``_AllButOneHub``): exact, at O(log n) arcs per active client."""
+
+    name = "tree"
+
+    def build(self, flow):
+        if flow.per_task != 1:
+            raise ValueError("the tree formulation places one standby per task")
+        flow.trees = {key: _AllButOneHub(flow.graph, flow.hubs.nodes(key)) for key in sorted(flow.counts)}
+        flow.add_classes(lambda key, active: flow.trees[key].entry(flow.position[active]))
+
+    def deal(self, flow, key, hub_tasks, units, chosen, load):
+        return flow.by_active(hub_tasks, flow.trees[key].decode(flow.graph))
+
+
+class _PooledHub(StandbyFormulation):
+    """Several standbys per task, through one hub per subtopology. The dealing cannot see that
+    one task's hub standbys must land on different clients; a conflict is repaired by a swap,
+    which can cost optimality (docs/assignor.md, "Convergence": the one known gap)."""
+
+    name = "pooled_hub"
+
+    def build(self, flow):
+        flow.add_classes(lambda key, active: flow.hubs.hub[key])
+
+    def deal(self, flow, key, hub_tasks, units, chosen, load):
+        return [(hub_tasks, units)]
+
+
+class _EveryArc(StandbyFormulation):
+    """An arc from every stateful task to every client but its active: exact for any number of
+    standbys, at tasks x clients arcs (``_every_standby_arc``)."""
+
+    name = "every_arc"
+
+    def build(self, flow):
+        graph = flow.graph
+        task_nodes = graph.nodes(len(flow.group.stateful))
+        graph.supplies(task_nodes, flow.per_task)
+        flow.every_arc = _every_standby_arc(flow.group, flow.ranking, flow.costs, flow.actives, graph, task_nodes,
+                                            flow.hubs, flow.position)
+
+    def decode(self, flow, chosen):
+        clients, stateful = flow.group.clients, flow.group.stateful
+        all_arcs, allowed = flow.every_arc
+        for index in np.flatnonzero(flow.graph.flows(all_arcs)).tolist():
+            row, column = divmod(int(allowed[index]), len(clients))
+            chosen[stateful[row]].append(clients[column])
+
+    def deal(self, flow, key, hub_tasks, units, chosen, load):
+        return [(hub_tasks, units)]  # no task enters a hub
+
+
+HUB: StandbyFormulation = _Hub()
+TREE: StandbyFormulation = _Tree()
+POOLED_HUB: StandbyFormulation = _PooledHub()
+EVERY_ARC: StandbyFormulation = _EveryArc()
+
+# (group, standbys per task) -> the formulations to try, in order, until one finds a dealing
+StandbyChoice = Callable[[Group, int], Sequence[StandbyFormulation]]
+
+
+def standby_formulations(group: Group, per_task: int, exact_arcs: int = EXACT_STANDBY_ARCS) -> tuple[StandbyFormulation, ...]:
+    """The formulations ``standby_target`` tries, in order, and why.
+
+    One standby per task: the hub first, the smallest graph (it grows with reported state, not
+    with tasks x clients) and exact whenever its units can be dealt; when they cannot (one
+    client runs most of a subtopology), an exact formulation: every arc while the group is
+    small (stateful tasks x clients <= ``exact_arcs``), otherwise the segment tree. Two or more
+    standbys: the hubs cannot keep one task's standbys apart, so every arc while the group is
+    small, and above that size the pooled hub with its swap repair, the one inexact case.
+    """
+    small = len(group.stateful) * len(group.clients) <= exact_arcs
+    if per_task >= 2:
+        return (EVERY_ARC if small else POOLED_HUB,)
+    return (HUB, EVERY_ARC if small else TREE)
+
+
+def large_group_formulations(group: Group, per_task: int) -> tuple[StandbyFormulation, ...]:
+    """The choice ``standby_formulations`` makes for groups above ``EXACT_STANDBY_ARCS``, at any
+    size: tests force it on small groups, where conflicts are likeliest."""
+    return standby_formulations(group, per_task, exact_arcs=0)
+
+
 def standby_target(
     group: Group,
     ranking: Ranking,
     costs: CostModel,
     actives: Mapping[TaskId, str],
     num_standby_replicas: int,
-    formulation: str | None = None,
+    choice: StandbyChoice = standby_formulations,
 ) -> dict[TaskId, tuple[str, ...]]:
     """``num_standby_replicas`` standbys per stateful task, on distinct clients, none on the active.
 
     Balance is over stateful replicas (actives plus standbys, scenario.md "Stateful balance");
     stickiness keeps previous standbys and lets a demoted previous active keep its state as
     a standby. KIP-441 "Assignment Algorithm" property 2: the next-most-caught-up come first.
+    ``choice`` picks the formulation (``standby_formulations``).
     """
     per_task = group.standby_count(num_standby_replicas)
     if per_task == 0 or not group.stateful:
         return {task: () for task in group.stateful}
-    graph = FlowGraph()
-    clients = group.clients
-    replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
-    sink = graph.node()
-    stateful_actives: dict[str, int] = defaultdict(int)
-    for task in group.stateful:
-        stateful_actives[actives[task]] += 1
-    replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
-    for client in clients:
-        q = replicas[client]
-        floor = max(0, q.floor - stateful_actives[client])
-        ceiling = max(floor, q.ceiling - stateful_actives[client])
-        graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
-        graph.arc(replica_node[client], sink, ceiling - floor, 0)
-        graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING)
-
-    counts: dict[int, int] = defaultdict(int)
-    for task in group.stateful:
-        counts[task.subtopology] += per_task
-    replica_nodes = np.array([replica_node[c] for c in clients], dtype=np.int64)
-    hubs = _SubtopologyHubs(graph, counts, clients, group.threads, lambda key: replica_nodes)
-
-    # ``hub``: clients without state are reached through one hub per subtopology; the units each
-    # client receives from it are then dealt to tasks away from each task's active client by a
-    # small exact flow (``_deal_hub_units``). ``tree``: when no such dealing exists (one client
-    # runs most of a subtopology), each task enters a segment tree that excludes its active
-    # (``_AllButOneHub``): exact for one standby per task, at O(log n) arcs per active client.
-    # ``every_arc``: with several standbys per task the hubs cannot keep one task's standbys
-    # apart, so small groups get an arc from every task to every client but its active.
-    small = len(group.stateful) * len(clients) <= EXACT_STANDBY_ARCS
-    if formulation is None:
-        formulation = "every_arc" if per_task >= 2 and small else "hub"
-    exact = formulation == "every_arc"
-    trees = {}
-    if formulation == "tree":
-        trees = {key: _AllButOneHub(graph, hubs.nodes(key)) for key in sorted(counts)}
-    position = {client: index for index, client in enumerate(clients)}
-    classes = _TaskClasses(units=per_task)
-    hub_only = classes.hub_only
-    if exact:
-        task_nodes = graph.nodes(len(group.stateful))
-        graph.supplies(task_nodes, per_task)
-        all_arcs, allowed = _every_standby_arc(group, ranking, costs, actives, graph, task_nodes,
-                                               hubs, position)
-    for task in () if exact else group.stateful:
-        key = task.subtopology
-        active = actives[task]
-        entry = trees[key].entry(position[active]) if trees else hubs.hub[key]
-        owner = group.prev_active_owner.get(task)
-        previous = group.prev_standby_holders.get(task, frozenset())
-        if owner is not None:
-            previous = previous | {owner}
-        holders = ranking.holders[task]
-        if not holders and not previous:
-            hub_only[key, entry, costs.no_state_arc(ranking, task)].append(task)
-            continue
-        special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {active}
-                                                     if client in group.threads], previous)
-        classes.add(task, key, entry, costs.no_state_arc(ranking, task), special, owner)
-    classes.build(graph, hubs)
-    hubs.close()
-    graph.supply(sink, -per_task * len(group.stateful))
-    graph.solve()
-
-    chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
-    if exact:
-        for index in np.flatnonzero(graph.flows(all_arcs)).tolist():
-            row, column = divmod(int(allowed[index]), len(clients))
-            chosen[group.stateful[row]].append(clients[column])
-    pick_tasks, pick_clients, hub_units, short = classes.decode(graph)
-    for task, client in zip(pick_tasks, pick_clients, strict=True):
-        chosen[task].append(client)
-    load: dict[str, int] = defaultdict(int)
-    for holders in chosen.values():
-        for client in holders:
-            load[client] += 1
-    for key in sorted(hub_units):
-        units = hubs.units(graph, key)
-        hub_tasks = [(task, short.get(task, per_task)) for task in hub_units[key]]
-        buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
-        if per_task == 1:
-            if not trees and _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives):
-                continue
-            buckets_units: dict[int, int] = defaultdict(int)
-            for task, amount in hub_tasks:
-                buckets[actives[task]].append((task, amount))
-                buckets_units[position[actives[task]]] += amount
-            if trees:
-                dealt = trees[key].decode(graph)
-            else:
-                dealt = _deal_hub_units(buckets_units, {position[c]: n for c, n in units.items() if n}, len(clients))
-                if dealt is None:
-                    return standby_target(group, ranking, costs, actives, num_standby_replicas,
-                                          formulation="every_arc" if small else "tree")
-        else:
-            dealt = None
-        if dealt is None:  # several standbys per task, or no exact dealing exists: one pool
-            buckets = {"": hub_tasks}
-            dealt_units = {"": units}
-        else:
-            dealt_units = {
-                active: {clients[i]: n for i, n in dealt.get(position[active], {}).items()} for active in buckets
-            }
-        for bucket, tasks in sorted(buckets.items()):
-            dealer = _SlotDealer(dealt_units[bucket], group, load, ranking)
-            for task, amount in tasks:
-                for _ in range(amount):
-                    excluded = {actives[task], *chosen[task]}
-                    client = dealer.take(excluded)
-                    if client is None:
-                        client = dealer.take_by_swap(task, excluded, chosen, actives)
-                    chosen[task].append(client)
-    return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+    formulations = choice(group, per_task)
+    for formulation in formulations:
+        standbys = formulation.solve(group, ranking, costs, actives, per_task)
+        if standbys is not None:
+            return standbys
+    raise AssertionError(f"no exact standby formulation among {formulations}")
 
 
 def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> bool:

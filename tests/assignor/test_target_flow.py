@@ -268,21 +268,12 @@ class _Recording(FlowGraph):
 
 
 def _recorded(call):
-    """(result, the optimum of the first graph ``call`` solves (the target's main graph), the
-    standby formulations it went through: a second one when the first had no exact dealing)."""
+    """(result, the optimum of the first graph ``call`` solves (the target's main graph))."""
     _Recording.optima = []
-    formulations = []
-    standby_target = target.standby_target
-
-    def recording_standby_target(*args, formulation=None):
-        formulations.append(formulation)
-        return standby_target(*args, formulation=formulation)
-
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(target, "FlowGraph", _Recording)
-        patch.setattr(target, "standby_target", recording_standby_target)
         result = call()
-    return result, _Recording.optima[0] if _Recording.optima else None, formulations
+    return result, _Recording.optima[0] if _Recording.optima else None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -291,7 +282,7 @@ def test_active_classes_reach_the_per_task_optimum(group, lag_aware):
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    actives, optimum, _ = _recorded(lambda: target.active_target(Group.of(specs, clients), ranking,
+    actives, optimum = _recorded(lambda: target.active_target(Group.of(specs, clients), ranking,
                                                                     CostModel(lag_aware)))
     assert sorted(actives) == sorted(inst.specs)
     assert optimum == reference_active_optimum(inst)
@@ -304,8 +295,9 @@ def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     """Tree (one standby): exact, and the decoded standbys cost its optimum. Hub: the relaxed
     optimum (a hub unit may land on the active, or twice on one client); with one standby, when
     an exact dealing of the hub units exists, the decoded standbys cost that optimum, which is
-    then the exact one. Without one, the target falls back to another formulation; when that is
-    every arc (small groups), its decoded standbys must cost the exact optimum too."""
+    then the exact one. Without one (``solve`` answers None), the target falls back to the next
+    formulation its choice names; when that is every arc (small groups), its decoded standbys
+    must cost the exact optimum too. Several standbys: the pooled hub, the relaxed optimum."""
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     group_index = Group.of(specs, clients)
@@ -315,19 +307,23 @@ def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
     costs = CostModel(lag_aware)
     actives = target.active_target(group_index, ranking, costs)
-    for formulation in ("tree", "hub") if per_task == 1 else ("hub",):
-        result, optimum, formulations = _recorded(lambda f=formulation: target.standby_target(
-            group_index, ranking, costs, actives, standbys, formulation=f))
-        relaxed = formulation == "hub"
+    for formulation in (target.TREE, target.HUB) if per_task == 1 else (target.POOLED_HUB,):
+        result, optimum = _recorded(lambda f=formulation: f.solve(group_index, ranking, costs, actives, per_task))
+        relaxed = formulation is not target.TREE
         assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed), formulation
+        fallback = None
+        if result is None:
+            assert formulation is target.HUB, "only the hub may find no exact dealing"
+            fallback = target.standby_formulations(group_index, per_task)[1]
+            result = fallback.solve(group_index, ranking, costs, actives, per_task)
         for task in inst.stateful:
             assert len(set(result[task])) == per_task and actives[task] not in result[task], (formulation, task)
-        if per_task == 1 and formulations == [formulation]:
-            event(f"{formulation}: decoded cost checked")
+        if per_task == 1 and fallback is None:
+            event(f"{formulation.name}: decoded cost checked")
             assert standby_cost(inst, actives, result, per_task) == optimum, formulation
             assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed=False), formulation
-        elif formulations == [formulation, "every_arc"]:
-            event(f"{formulation} -> every_arc: decoded cost checked")
+        elif fallback is target.EVERY_ARC:
+            event(f"{formulation.name} -> every_arc: decoded cost checked")
             exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
             assert standby_cost(inst, actives, result, per_task) == exact, formulation
 
@@ -345,6 +341,8 @@ def test_targets_ignore_the_order_of_the_input(group, seed):
         ranking = rank_clients(tasks, members, ACCEPTABLE_RECOVERY_LAG)
         costs = CostModel(lag_aware=True)
         actives = target.active_target(index, ranking, costs)
-        results.append((actives, *(target.standby_target(index, ranking, costs, actives, standbys, formulation=f)
-                                   for standbys, f in ((1, "hub"), (1, "tree"), (2, "hub")))))
+        # each formulation first, then the exact fallback the default choice names
+        results.append((actives, *(target.standby_target(index, ranking, costs, actives, standbys,
+                                                         lambda g, n, f=f: (f, *target.standby_formulations(g, n)[1:]))
+                                   for standbys, f in ((1, target.HUB), (1, target.TREE), (2, target.POOLED_HUB)))))
     assert results[0] == results[1]
