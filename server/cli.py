@@ -39,6 +39,14 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--log-level", "log_level", "REMOTE_LEADER_LOG_LEVEL", str),
     ("--log-format", "log_format", "REMOTE_LEADER_LOG_FORMAT", str),
     ("--event-loop", "event_loop", "REMOTE_LEADER_EVENT_LOOP", str),
+    *(
+        (f"--{name.replace('_', '-')}", name, f"REMOTE_LEADER_{name.upper()}", int)
+        for name in (
+            "max_message_bytes", "max_partitions_per_topic", "max_partitions_per_group", "max_subtopologies",
+            "max_tasks_per_group", "max_members_per_group", "max_groups", "max_tasks_per_assign",
+            "max_clients_per_assign", "max_rebalance_timeout_ms",
+        )
+    ),
     ("--store", "store", "REMOTE_LEADER_STORE", str),
     ("--replica-id", "replica_id", "REMOTE_LEADER_REPLICA_ID", str),
     ("--advertise-address", "advertise_address", "REMOTE_LEADER_ADVERTISE_ADDRESS", str),
@@ -70,6 +78,16 @@ _HELP: dict[str, str] = {
     "--replica-id": "with PostgreSQL: this replica's id (default: host name and a random suffix)",
     "--advertise-address": "with PostgreSQL: HOST:PORT clients reach this replica at (default: from --listen)",
     "--lease-ms": "with PostgreSQL: how long a replica's lease on a group lasts, ms",
+    "--max-message-bytes": "largest request grpc accepts, bytes (RESOURCE_EXHAUSTED beyond)",
+    "--max-partitions-per-topic": "largest partition_count of a source topic",
+    "--max-partitions-per-group": "partitions of all of a topology's source topics",
+    "--max-subtopologies": "subtopologies in a topology",
+    "--max-tasks-per-group": "tasks a topology forms (and entries of a lag report)",
+    "--max-members-per-group": "members of one group; a newcomer beyond it gets RESOURCE_EXHAUSTED",
+    "--max-groups": "groups on this server; a new group beyond it gets RESOURCE_EXHAUSTED",
+    "--max-tasks-per-assign": "tasks of one Assign problem (and of each client's lags and previous tasks)",
+    "--max-clients-per-assign": "clients of one Assign problem",
+    "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
 }
 _METAVARS = {"--log-level": "{" + ",".join(_LOG_LEVELS) + "}", "--log-format": "{json,console}",
              "--event-loop": "{" + ",".join(_EVENT_LOOPS) + "}"}
@@ -115,6 +133,10 @@ def _check(s) -> None:
             raise SettingsError(f"--{name.replace('_', '-')}: must be >= 0, got {getattr(s, name)}")
     if s.min_session_timeout_ms > s.max_session_timeout_ms:
         raise SettingsError("--min-session-timeout-ms: must not exceed --max-session-timeout-ms")
+    try:
+        s.limits().validate()
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
     if s.drain_timeout_s < 0:
         raise SettingsError(f"--drain-timeout-s: must be >= 0, got {s.drain_timeout_s}")
     if bool(s.tls_cert) != bool(s.tls_key):
