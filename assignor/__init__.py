@@ -11,6 +11,7 @@ import gc
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from assignor.model import (
     LATEST,
@@ -31,14 +32,22 @@ from assignor.model import (
     TopicPartition,
 )
 
+if TYPE_CHECKING:
+    from assignor.target import StandbyChoice
 
-def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig) -> AssignmentResult:
+
+def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig,
+           standby_choice: StandbyChoice | None = None) -> AssignmentResult:
+    """``standby_choice`` overrides how standby targets are formulated
+    (``assignor.target.standby_formulations``, the default); tests force one."""
     from assignor import high_availability, sticky
+    from assignor.target import standby_formulations
 
+    choice = standby_choice or standby_formulations
     with _collector_paused():
         if config.assignor == AssignorKind.STICKY:
-            return sticky.assign(tasks, clients, config)
-        return high_availability.assign(tasks, clients, config)
+            return sticky.assign(tasks, clients, config, choice)
+        return high_availability.assign(tasks, clients, config, choice)
 
 
 _pause_lock = threading.Lock()

@@ -37,7 +37,15 @@ from assignor.model import (
     TaskSpec,
 )
 from assignor.ranking import Ranking, rank_clients
-from assignor.target import CostModel, Group, active_target, restoration_cost, standby_target
+from assignor.target import (
+    CostModel,
+    Group,
+    StandbyChoice,
+    active_target,
+    restoration_cost,
+    standby_formulations,
+    standby_target,
+)
 
 
 @dataclass(slots=True)
@@ -66,7 +74,8 @@ class _WarmupRequest:
         return (not self.for_active, self.rank, self.task, self.client)
 
 
-def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig) -> AssignmentResult:
+def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig,
+           standby_choice: StandbyChoice = standby_formulations) -> AssignmentResult:
     group = Group.of(tasks, clients)
     ranking = rank_clients(tasks, clients, config.acceptable_recovery_lag)
     settled = settled_assignment(group, ranking, config)
@@ -85,7 +94,7 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
         report = replace(report, enabled=False, cross_rack_after=report.cross_rack_before,
                          disabled_reason="postponed: rack-aware placement would need more restoration "
                                          "than the lag-aware target; it applies once replicas have caught up")
-    standbys = standby_target(group, ranking, costs, actives, config.num_standby_replicas)
+    standbys = standby_target(group, ranking, costs, actives, config.num_standby_replicas, standby_choice)
     standbys = rack_aware.optimize_standbys(group, actives, standbys, config, ranking, view)
 
     placement = _Placement()

@@ -52,6 +52,10 @@ class TaskId(NamedTuple):
 LATEST: Final = -1
 UNKNOWN: Final = -2
 
+# The largest acceptable_recovery_lag: "max long" (an int64 on the wire). At this value every
+# client is caught up on every task, even one whose changelog size is unknown.
+MAX_ACCEPTABLE_RECOVERY_LAG: Final = (1 << 63) - 1
+
 
 @dataclass(frozen=True, slots=True)
 class TopicPartition:
@@ -131,7 +135,8 @@ class AssignmentConfig:
     rack_aware_assignment_tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _require_int("acceptable_recovery_lag", self.acceptable_recovery_lag, minimum=0)
+        _require_int("acceptable_recovery_lag", self.acceptable_recovery_lag, minimum=0,
+                     maximum=MAX_ACCEPTABLE_RECOVERY_LAG)
         _require_int("max_warmup_replicas", self.max_warmup_replicas, minimum=1)
         _require_int("num_standby_replicas", self.num_standby_replicas, minimum=0)
         _require_int("probing_rebalance_interval_ms", self.probing_rebalance_interval_ms, minimum=60_000)
@@ -160,11 +165,13 @@ class AssignmentConfig:
         object.__setattr__(self, "rack_aware_assignment_tags", tuple(tags))
 
 
-def _require_int(name: str, value: object, *, minimum: int) -> None:
+def _require_int(name: str, value: object, *, minimum: int, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"config.{name}", f"expected an integer, got {value!r}")
     if value < minimum:
         raise InvalidInput(f"config.{name}", f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidInput(f"config.{name}", f"must be <= {maximum}, got {value}")
 
 
 @dataclass(frozen=True, slots=True)

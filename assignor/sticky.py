@@ -23,10 +23,18 @@ from assignor.model import (
     TaskSpec,
 )
 from assignor.ranking import rank_clients
-from assignor.target import CostModel, Group, active_target, standby_target
+from assignor.target import (
+    CostModel,
+    Group,
+    StandbyChoice,
+    active_target,
+    standby_formulations,
+    standby_target,
+)
 
 
-def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig) -> AssignmentResult:
+def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig,
+           standby_choice: StandbyChoice = standby_formulations) -> AssignmentResult:
     group = Group.of(tasks, clients)
     settled = settled_assignment(group, None, config)
     if settled is not None:
@@ -37,7 +45,7 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     actives = active_target(group, ranking, costs)
     view = rack_aware.RackView.of(group, config)
     actives, report = rack_aware.optimize_actives(group, actives, config, view=view)
-    standbys = standby_target(group, ranking, costs, actives, config.num_standby_replicas)
+    standbys = standby_target(group, ranking, costs, actives, config.num_standby_replicas, standby_choice)
     standbys = rack_aware.optimize_standbys(group, actives, standbys, config, view=view)
 
     reasons = []

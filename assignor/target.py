@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -56,7 +56,7 @@ _TIER_BY_RESIDUE = (TIER_COST[Tier.LAGGING], TIER_COST[Tier.UNKNOWN], TIER_COST[
 SUBTOPOLOGY_EXCESS = 1
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use every arc
-POOLED_HUB_PAIRS = 20_000  # subtopologies x clients from which hubs reach clients through pools
+FUNNEL_PAIRS = 20_000  # subtopologies x clients from which hubs reach clients through funnels
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,21 +147,22 @@ class _SubtopologyHubs:
     once every direct arc is known.
 
     That layer has subtopologies x clients arcs (400,000 for 200 subtopologies on 1,000
-    clients: most of the solver's time). *Pooled* (by default when it would be large), the hubs
-    of keys sharing a downstream reach their outer clients through one pool node instead (hub
-    -> pool at most the key's free caps in all, pool -> client at most the client's free caps
-    in all) and one overflow node for the excess. Every flow of the full layer is a flow of the
-    pooled one at the same cost, so the pooled optimum is at most the full one. ``realize``
-    then splits each pool's flow into units per (key, client), within the caps, largest
-    remaining demand first: when the split needs no more excess than the pool paid, it is a
-    flow of the full layer at the pooled optimum, hence optimal there too. When it does not,
-    ``realize`` names the clients the pool fed, and the caller solves again with those clients
-    reached by the hubs' own arcs (``unpooled``): every round unpools more clients, so the last
-    possible round is the full layer. In a scale-out the second round unpools the new clients.
+    clients: most of the solver's time). *Funnelled* (by default when it would be large), the
+    hubs of keys sharing a downstream reach their outer clients through one funnel node instead
+    (hub -> funnel at most the key's free caps in all, funnel -> client at most the client's
+    free caps in all) and one overflow node for the excess. Every flow of the full layer is a
+    flow of the funnelled one at the same cost, so the funnelled optimum is at most the full
+    one. ``realize`` then splits each funnel's flow into units per (key, client), within the
+    caps, largest remaining demand first: when the split needs no more excess than the funnel
+    paid, it is a flow of the full layer at the funnelled optimum, hence optimal there too.
+    When it does not, ``realize`` names the clients the funnel fed, and the caller solves
+    again with those clients reached by the hubs' own arcs (``own_arcs``): every round takes
+    more clients out of the funnels, so the last possible round is the full layer. In a
+    scale-out, the second round takes the new clients out.
     """
 
     def __init__(self, graph: FlowGraph, counts: Mapping, clients: Sequence[str], threads: Mapping[str, int],
-                 downstream, unpooled: frozenset[str] | None = None) -> None:
+                 downstream, own_arcs: frozenset[str] | None = None) -> None:
         thread_counts = np.array([threads[c] for c in clients], dtype=np.int64)
         capacity = int(thread_counts.sum())
         self._graph = graph
@@ -172,12 +173,12 @@ class _SubtopologyHubs:
         self.hub = {key: graph.node() for key in sorted(counts)}
         self._node: dict = {key: {} for key in self.hub}
         self._entries: dict = {}
-        if unpooled is None:  # by size: a small layer is cheap, a large one pooled
-            unpooled = frozenset() if len(self.hub) * len(clients) >= POOLED_HUB_PAIRS else frozenset(clients)
-        self.unpooled = unpooled
-        self._pooled = np.array([client not in unpooled for client in clients], dtype=bool)
-        self._pools: list[tuple] = []
-        self._pooled_units: dict = {}
+        if own_arcs is None:  # by size: a small layer is cheap, a large one funnelled
+            own_arcs = frozenset() if len(self.hub) * len(clients) >= FUNNEL_PAIRS else frozenset(clients)
+        self.own_arcs = own_arcs
+        self._funnelled = np.array([client not in own_arcs for client in clients], dtype=bool)
+        self._funnels: list[tuple] = []
+        self._funnelled_units: dict = {}
 
     def node(self, key, client: str) -> int:
         nodes = self._node[key]
@@ -191,7 +192,7 @@ class _SubtopologyHubs:
     def close(self) -> None:
         graph = self._graph
         everyone = np.arange(len(self._clients))
-        pools: dict[int, list] = defaultdict(list)  # keys by downstream (head arrays are equal or disjoint)
+        funnels: dict[int, list] = defaultdict(list)  # keys by downstream (head arrays are equal or disjoint)
         for key, hub in self.hub.items():
             heads, caps, nodes = self._downstream(key), self._caps[key], self._node[key]
             inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
@@ -200,74 +201,74 @@ class _SubtopologyHubs:
             via_node = graph.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
             graph.arcs(inner_nodes, heads[inner], caps[inner], 0)
             graph.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
-            pooled = outer[self._pooled[outer]]
-            outer = outer[~self._pooled[outer]]
+            funnelled = outer[self._funnelled[outer]]
+            outer = outer[~self._funnelled[outer]]
             free = graph.arcs(hub, heads[outer], caps[outer], 0)
             excess = graph.arcs(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
-            self._entries[key] = (inner, via_node, outer, free, excess, pooled)
-            if len(pooled):
-                pools[int(heads[0])].append(key)
-        for keys in pools.values():
+            self._entries[key] = (inner, via_node, outer, free, excess, funnelled)
+            if len(funnelled):
+                funnels[int(heads[0])].append(key)
+        for keys in funnels.values():
             heads = self._downstream(keys[0])
-            pool, overflow = graph.node(), graph.node()
+            funnel, overflow = graph.node(), graph.node()
             client_caps = np.zeros(len(self._clients), dtype=np.int64)
             key_caps = []
             for key in keys:
-                pooled = self._entries[key][5]
-                client_caps[pooled] += self._caps[key][pooled]
-                key_caps.append(int(self._caps[key][pooled].sum()))
+                funnelled = self._entries[key][5]
+                client_caps[funnelled] += self._caps[key][funnelled]
+                key_caps.append(int(self._caps[key][funnelled].sum()))
             hubs = np.array([self.hub[key] for key in keys], dtype=np.int64)
             reached = np.flatnonzero(client_caps)
-            self._pools.append((
+            self._funnels.append((
                 keys, reached,
-                graph.arcs(hubs, pool, key_caps, 0),
+                graph.arcs(hubs, funnel, key_caps, 0),
                 graph.arcs(hubs, overflow, BIG_CAPACITY, SUBTOPOLOGY_EXCESS),
-                graph.arcs(pool, heads[reached], client_caps[reached], 0),
+                graph.arcs(funnel, heads[reached], client_caps[reached], 0),
                 graph.arcs(overflow, heads[reached], BIG_CAPACITY, 0),
             ))
 
     def realize(self, graph: FlowGraph) -> frozenset[str]:
-        """Split each pool's solved flow into units per (key, pooled client). Returns the clients
-        the pools fed when no split found needs as little excess as the pools paid (the pooled
-        optimum may then be lower than the full layer's), else nothing."""
-        for keys, reached, to_pool, to_overflow, from_pool, from_overflow in self._pools:
+        """Split each funnel's solved flow into units per (key, funnelled client). Returns the
+        clients the funnels fed when no split found needs as little excess as the funnels paid
+        (the funnelled optimum may then be lower than the full layer's), else nothing."""
+        for keys, reached, to_funnel, to_overflow, from_funnel, from_overflow in self._funnels:
             paid = int(graph.flows(to_overflow).sum())
-            supplied = (graph.flows(to_pool) + graph.flows(to_overflow)).tolist()
+            supplied = (graph.flows(to_funnel) + graph.flows(to_overflow)).tolist()
             demand = np.zeros(len(self._clients), dtype=np.int64)
-            demand[reached] = graph.flows(from_pool) + graph.flows(from_overflow)
+            demand[reached] = graph.flows(from_funnel) + graph.flows(from_overflow)
             for key, amount in zip(keys, supplied, strict=True):
                 if not amount:
                     continue
-                pooled = self._entries[key][5]
-                wants = demand[pooled]
-                given = _fill(wants, self._caps[key][pooled], amount)
+                funnelled = self._entries[key][5]
+                wants = demand[funnelled]
+                given = _fill(wants, self._caps[key][funnelled], amount)
                 over = amount - int(given.sum())
-                if over:  # every pooled client with demand left is at its cap: excess
+                if over:  # every funnelled client with demand left is at its cap: excess
                     paid -= over
                     left = wants - given
                     extra = _fill(left, left, over)
                     if paid < 0 or int(extra.sum()) < over:
                         return self._fed()
                     given += extra
-                demand[pooled] = wants - given
-                self._pooled_units[key] = given
+                demand[funnelled] = wants - given
+                self._funnelled_units[key] = given
         return frozenset()
 
     def _fed(self) -> frozenset[str]:
         graph, fed = self._graph, set()
-        for _, reached, _, _, from_pool, from_overflow in self._pools:
-            demand = graph.flows(from_pool) + graph.flows(from_overflow)
+        for _, reached, _, _, from_funnel, from_overflow in self._funnels:
+            demand = graph.flows(from_funnel) + graph.flows(from_overflow)
             fed.update(self._clients[index] for index in reached[demand > 0].tolist())
         return frozenset(fed)
 
     def units(self, graph: FlowGraph, key) -> dict[str, int]:
         """How many of the key's hub replicas each client received."""
-        inner, via_node, outer, free, excess, pooled = self._entries[key]
+        inner, via_node, outer, free, excess, funnelled = self._entries[key]
         units = np.zeros(len(self._clients), dtype=np.int64)
         units[inner] = graph.flows(via_node)
         units[outer] = graph.flows(free) + graph.flows(excess)
-        if key in self._pooled_units:
-            units[pooled] = self._pooled_units[key]
+        if key in self._funnelled_units:
+            units[funnelled] = self._funnelled_units[key]
         return dict(zip(self._clients, units.tolist(), strict=True))
 
 
@@ -298,11 +299,11 @@ def _group_key(spec: TaskSpec) -> tuple[int, bool]:
 
 
 def active_target(group: Group, ranking: Ranking, costs: CostModel,
-                  unpooled: frozenset[str] | None = None) -> dict[TaskId, str]:
+                  own_arcs: frozenset[str] | None = None) -> dict[TaskId, str]:
     """One active per task, balanced in total and in stateful actives, sticky, lag-aware.
 
-    ``unpooled``: the clients subtopology hubs reach by arcs of their own, not through a pool
-    (``_SubtopologyHubs``); by size when None.
+    ``own_arcs``: the clients the subtopology hubs reach by arcs of their own, not through a
+    funnel (``_SubtopologyHubs``); by size when None.
     """
     if not group.clients or not group.specs:
         return {}
@@ -331,7 +332,7 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel,
     stateful_nodes = np.array([stateful_node[c] for c in clients], dtype=np.int64)
     hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
                             lambda key: stateful_nodes if key[1] else client_nodes,
-                            unpooled)
+                            own_arcs)
     classes = _TaskClasses(units=1)
     hub_only = classes.hub_only
     for task, spec in group.specs.items():
@@ -357,7 +358,7 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel,
     graph.solve()
     fed = hubs.realize(graph)
     if fed:
-        return active_target(group, ranking, costs, unpooled=hubs.unpooled | fed)
+        return active_target(group, ranking, costs, own_arcs=hubs.own_arcs | fed)
 
     pick_tasks, pick_clients, hub_tasks, _ = classes.decode(graph)
     target = dict(zip(pick_tasks, pick_clients, strict=True))
@@ -526,141 +527,286 @@ def round_robin(counts: Mapping[str, int], clients: Sequence[str]) -> list[str]:
     return slots
 
 
+class _StandbyFlow:
+    """The part of the standby graph every formulation shares, then its solution decoded.
+
+    One node per client with the window of stateful replicas it may still take (balance over
+    actives plus standbys, scenario.md "Stateful balance"), the subtopology hubs, and the task
+    classes a formulation adds (``add_classes``). ``standbys`` decodes the solved flow; the
+    formulation deals each subtopology's hub units to tasks.
+    """
+
+    def __init__(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
+                 per_task: int, own_arcs: frozenset[str] | None = None) -> None:
+        self.group, self.ranking, self.costs, self.actives, self.per_task = group, ranking, costs, actives, per_task
+        self.graph = graph = FlowGraph()
+        clients = group.clients
+        replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
+        self.sink = sink = graph.node()
+        stateful_actives: dict[str, int] = defaultdict(int)
+        for task in group.stateful:
+            stateful_actives[actives[task]] += 1
+        replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+        for client in clients:
+            q = replicas[client]
+            floor = max(0, q.floor - stateful_actives[client])
+            ceiling = max(floor, q.ceiling - stateful_actives[client])
+            graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
+            graph.arc(replica_node[client], sink, ceiling - floor, 0)
+            graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING)
+        self.counts: dict[int, int] = defaultdict(int)
+        for task in group.stateful:
+            self.counts[task.subtopology] += per_task
+        replica_nodes = np.array([replica_node[c] for c in clients], dtype=np.int64)
+        self.hubs = _SubtopologyHubs(graph, self.counts, clients, group.threads, lambda key: replica_nodes,
+                                     own_arcs)
+        self.position = {client: index for index, client in enumerate(clients)}
+        self.classes = _TaskClasses(units=per_task)
+        self.trees: dict[int, _AllButOneHub] = {}  # the tree formulation's, per subtopology
+        self.every_arc: tuple = ()  # the every-arc formulation's arcs and their (task, client) cells
+
+    def add_classes(self, entry: Callable[[int, str], int]) -> None:
+        """Every stateful task into its class; ``entry(subtopology, active)`` is the node through
+        which its standbys reach clients without its state."""
+        group, ranking, costs, actives = self.group, self.ranking, self.costs, self.actives
+        classes = self.classes
+        hub_only = classes.hub_only
+        for task in group.stateful:
+            key = task.subtopology
+            active = actives[task]
+            entry_node = entry(key, active)
+            owner = group.prev_active_owner.get(task)
+            previous = group.prev_standby_holders.get(task, frozenset())
+            if owner is not None:
+                previous = previous | {owner}
+            holders = ranking.holders[task]
+            if not holders and not previous:
+                hub_only[key, entry_node, costs.no_state_arc(ranking, task)].append(task)
+                continue
+            special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {active}
+                                                         if client in group.threads], previous)
+            classes.add(task, key, entry_node, costs.no_state_arc(ranking, task), special, owner)
+
+    def solve(self) -> None:
+        self.classes.build(self.graph, self.hubs)
+        self.hubs.close()
+        self.graph.supply(self.sink, -self.per_task * len(self.group.stateful))
+        self.graph.solve()
+
+    def standbys(self, formulation: StandbyFormulation,
+                 chosen: dict[TaskId, list[str]]) -> dict[TaskId, tuple[str, ...]] | None:
+        """The decoded standbys, ``chosen`` holding those the formulation decoded itself; None
+        when the formulation finds no exact dealing of some hub's units."""
+        group, graph = self.group, self.graph
+        pick_tasks, pick_clients, hub_units, short = self.classes.decode(graph)
+        for task, client in zip(pick_tasks, pick_clients, strict=True):
+            chosen[task].append(client)
+        load: dict[str, int] = defaultdict(int)
+        for holders in chosen.values():
+            for client in holders:
+                load[client] += 1
+        for key in sorted(hub_units):
+            units = self.hubs.units(graph, key)
+            hub_tasks = [(task, short.get(task, self.per_task)) for task in hub_units[key]]
+            pools = formulation.deal(self, key, hub_tasks, units, chosen, load)
+            if pools is None:
+                return None
+            for tasks, pool_units in pools:
+                dealer = _SlotDealer(pool_units, group, load, self.ranking)
+                for task, amount in tasks:
+                    for _ in range(amount):
+                        excluded = {self.actives[task], *chosen[task]}
+                        client = dealer.take(excluded)
+                        if client is None:
+                            client = dealer.take_by_swap(task, excluded, chosen, self.actives)
+                        chosen[task].append(client)
+        return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+
+    def by_active(self, hub_tasks: list[tuple[TaskId, int]], dealt: Mapping[int, Mapping[int, int]]) -> list[Pool]:
+        """Pools per active client (in client order): its tasks and the hub units dealt to them."""
+        clients = self.group.clients
+        buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
+        for task, amount in hub_tasks:
+            buckets[self.actives[task]].append((task, amount))
+        return [(tasks, {clients[i]: n for i, n in dealt.get(self.position[active], {}).items()})
+                for active, tasks in sorted(buckets.items())]
+
+
+# Hub units dealt to tasks by ``_SlotDealer``: the tasks (with the units each takes) and the
+# units per client that they share.
+Pool = tuple[list[tuple[TaskId, int]], Mapping[str, int]]
+
+
+class StandbyFormulation:
+    """One way to write the standby flow: how a task's standbys reach clients without its state,
+    and how the units a subtopology hub sends to each client become standbys of its tasks.
+
+    ``solve`` returns None only when the formulation finds no exact dealing of its hub units;
+    ``standby_formulations`` says which formulation runs when.
+    """
+
+    name = ""
+
+    def solve(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
+              per_task: int, own_arcs: frozenset[str] | None = None) -> dict[TaskId, tuple[str, ...]] | None:
+        """``own_arcs``: as for ``active_target``."""
+        while True:
+            flow = _StandbyFlow(group, ranking, costs, actives, per_task, own_arcs)
+            self.build(flow)
+            flow.solve()
+            fed = flow.hubs.realize(flow.graph)
+            if not fed:
+                break
+            own_arcs = flow.hubs.own_arcs | fed
+        chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
+        self.decode(flow, chosen)
+        return flow.standbys(self, chosen)
+
+    def build(self, flow: _StandbyFlow) -> None:
+        """Add the tasks' arcs to the flow."""
+        if flow.per_task != 1:
+            raise ValueError(f"the {self.name} formulation places one standby per task")
+        flow.add_classes(lambda key, active: flow.hubs.hub[key])
+
+    def decode(self, flow: _StandbyFlow, chosen: dict[TaskId, list[str]]) -> None:
+        """The standbys of the arcs the formulation added itself, before the classes' ones."""
+
+    def deal(self, flow: _StandbyFlow, key: int, hub_tasks: list[tuple[TaskId, int]], units: Mapping[str, int],
+             chosen: dict[TaskId, list[str]], load: dict[str, int]) -> list[Pool] | None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<standby formulation {self.name}>"
+
+
+class _Hub(StandbyFormulation):
+    """One standby per task. Clients without state are reached through one hub per subtopology;
+    the units each client receives are dealt to tasks away from each task's active, greedily
+    when that keeps the flow's counts, else by a small exact flow (``_deal_hub_units``). No
+    such dealing exists when one client runs most of a subtopology: ``solve`` returns None."""
+
+    name = "hub"
+
+    def deal(self, flow, key, hub_tasks, units, chosen, load):
+        if _deal_greedily(hub_tasks, units, flow.group, load, flow.ranking, chosen, flow.actives):
+            return []
+        bucket_units: dict[int, int] = defaultdict(int)
+        for task, amount in hub_tasks:
+            bucket_units[flow.position[flow.actives[task]]] += amount
+        position = flow.position
+        dealt = _deal_hub_units(bucket_units, {position[c]: n for c, n in units.items() if n}, len(flow.group.clients))
+        return None if dealt is None else flow.by_active(hub_tasks, dealt)
+
+
+class _Tree(StandbyFormulation):
+    """One standby per task. Each task enters a segment tree of its subtopology at the point
+    that excludes its active (``_AllButOneHub``): exact, at O(log n) arcs per active client."""
+
+    name = "tree"
+
+    def build(self, flow):
+        if flow.per_task != 1:
+            raise ValueError("the tree formulation places one standby per task")
+        flow.trees = {key: _AllButOneHub(flow.graph, flow.hubs.nodes(key)) for key in sorted(flow.counts)}
+        flow.add_classes(lambda key, active: flow.trees[key].entry(flow.position[active]))
+
+    def deal(self, flow, key, hub_tasks, units, chosen, load):
+        return flow.by_active(hub_tasks, flow.trees[key].decode(flow.graph))
+
+
+class _PooledHub(StandbyFormulation):
+    """Several standbys per task, through one hub per subtopology. The dealing cannot see that
+    one task's hub standbys must land on different clients; a conflict is repaired by a swap,
+    which can cost optimality (docs/assignor.md, "Convergence": the one known gap)."""
+
+    name = "pooled_hub"
+
+    def build(self, flow):
+        flow.add_classes(lambda key, active: flow.hubs.hub[key])
+
+    def deal(self, flow, key, hub_tasks, units, chosen, load):
+        return [(hub_tasks, units)]
+
+
+class _EveryArc(StandbyFormulation):
+    """An arc from every stateful task to every client but its active: exact for any number of
+    standbys, at tasks x clients arcs (``_every_standby_arc``)."""
+
+    name = "every_arc"
+
+    def build(self, flow):
+        graph = flow.graph
+        task_nodes = graph.nodes(len(flow.group.stateful))
+        graph.supplies(task_nodes, flow.per_task)
+        flow.every_arc = _every_standby_arc(flow.group, flow.ranking, flow.costs, flow.actives, graph, task_nodes,
+                                            flow.hubs, flow.position)
+
+    def decode(self, flow, chosen):
+        clients, stateful = flow.group.clients, flow.group.stateful
+        all_arcs, allowed = flow.every_arc
+        for index in np.flatnonzero(flow.graph.flows(all_arcs)).tolist():
+            row, column = divmod(int(allowed[index]), len(clients))
+            chosen[stateful[row]].append(clients[column])
+
+    def deal(self, flow, key, hub_tasks, units, chosen, load):
+        return [(hub_tasks, units)]  # no task enters a hub
+
+
+HUB: StandbyFormulation = _Hub()
+TREE: StandbyFormulation = _Tree()
+POOLED_HUB: StandbyFormulation = _PooledHub()
+EVERY_ARC: StandbyFormulation = _EveryArc()
+
+# (group, standbys per task) -> the formulations to try, in order, until one finds a dealing
+StandbyChoice = Callable[[Group, int], Sequence[StandbyFormulation]]
+
+
+def standby_formulations(group: Group, per_task: int, exact_arcs: int = EXACT_STANDBY_ARCS) -> tuple[StandbyFormulation, ...]:
+    """The formulations ``standby_target`` tries, in order, and why.
+
+    One standby per task: the hub first, the smallest graph (it grows with reported state, not
+    with tasks x clients) and exact whenever its units can be dealt; when they cannot (one
+    client runs most of a subtopology), an exact formulation: every arc while the group is
+    small (stateful tasks x clients <= ``exact_arcs``), otherwise the segment tree. Two or more
+    standbys: the hubs cannot keep one task's standbys apart, so every arc while the group is
+    small, and above that size the pooled hub with its swap repair, the one inexact case.
+    """
+    small = len(group.stateful) * len(group.clients) <= exact_arcs
+    if per_task >= 2:
+        return (EVERY_ARC if small else POOLED_HUB,)
+    return (HUB, EVERY_ARC if small else TREE)
+
+
+def large_group_formulations(group: Group, per_task: int) -> tuple[StandbyFormulation, ...]:
+    """The choice ``standby_formulations`` makes for groups above ``EXACT_STANDBY_ARCS``, at any
+    size: tests force it on small groups, where conflicts are likeliest."""
+    return standby_formulations(group, per_task, exact_arcs=0)
+
+
 def standby_target(
     group: Group,
     ranking: Ranking,
     costs: CostModel,
     actives: Mapping[TaskId, str],
     num_standby_replicas: int,
-    formulation: str | None = None,
-    unpooled: frozenset[str] | None = None,
+    choice: StandbyChoice = standby_formulations,
 ) -> dict[TaskId, tuple[str, ...]]:
     """``num_standby_replicas`` standbys per stateful task, on distinct clients, none on the active.
 
     Balance is over stateful replicas (actives plus standbys, scenario.md "Stateful balance");
     stickiness keeps previous standbys and lets a demoted previous active keep its state as
     a standby. KIP-441 "Assignment Algorithm" property 2: the next-most-caught-up come first.
+    ``choice`` picks the formulation (``standby_formulations``).
     """
     per_task = group.standby_count(num_standby_replicas)
     if per_task == 0 or not group.stateful:
         return {task: () for task in group.stateful}
-    graph = FlowGraph()
-    clients = group.clients
-    replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
-    sink = graph.node()
-    stateful_actives: dict[str, int] = defaultdict(int)
-    for task in group.stateful:
-        stateful_actives[actives[task]] += 1
-    replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
-    for client in clients:
-        q = replicas[client]
-        floor = max(0, q.floor - stateful_actives[client])
-        ceiling = max(floor, q.ceiling - stateful_actives[client])
-        graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
-        graph.arc(replica_node[client], sink, ceiling - floor, 0)
-        graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING)
-
-    counts: dict[int, int] = defaultdict(int)
-    for task in group.stateful:
-        counts[task.subtopology] += per_task
-    replica_nodes = np.array([replica_node[c] for c in clients], dtype=np.int64)
-    hubs = _SubtopologyHubs(graph, counts, clients, group.threads, lambda key: replica_nodes, unpooled)
-
-    # ``hub``: clients without state are reached through one hub per subtopology; the units each
-    # client receives from it are then dealt to tasks away from each task's active client by a
-    # small exact flow (``_deal_hub_units``). ``tree``: when no such dealing exists (one client
-    # runs most of a subtopology), each task enters a segment tree that excludes its active
-    # (``_AllButOneHub``): exact for one standby per task, at O(log n) arcs per active client.
-    # ``every_arc``: with several standbys per task the hubs cannot keep one task's standbys
-    # apart, so small groups get an arc from every task to every client but its active.
-    small = len(group.stateful) * len(clients) <= EXACT_STANDBY_ARCS
-    if formulation is None:
-        formulation = "every_arc" if per_task >= 2 and small else "hub"
-    exact = formulation == "every_arc"
-    trees = {}
-    if formulation == "tree":
-        trees = {key: _AllButOneHub(graph, hubs.nodes(key)) for key in sorted(counts)}
-    position = {client: index for index, client in enumerate(clients)}
-    classes = _TaskClasses(units=per_task)
-    hub_only = classes.hub_only
-    if exact:
-        task_nodes = graph.nodes(len(group.stateful))
-        graph.supplies(task_nodes, per_task)
-        all_arcs, allowed = _every_standby_arc(group, ranking, costs, actives, graph, task_nodes,
-                                               hubs, position)
-    for task in () if exact else group.stateful:
-        key = task.subtopology
-        active = actives[task]
-        entry = trees[key].entry(position[active]) if trees else hubs.hub[key]
-        owner = group.prev_active_owner.get(task)
-        previous = group.prev_standby_holders.get(task, frozenset())
-        if owner is not None:
-            previous = previous | {owner}
-        holders = ranking.holders[task]
-        if not holders and not previous:
-            hub_only[key, entry, costs.no_state_arc(ranking, task)].append(task)
-            continue
-        special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {active}
-                                                     if client in group.threads], previous)
-        classes.add(task, key, entry, costs.no_state_arc(ranking, task), special, owner)
-    classes.build(graph, hubs)
-    hubs.close()
-    graph.supply(sink, -per_task * len(group.stateful))
-    graph.solve()
-    fed = hubs.realize(graph)
-    if fed:
-        return standby_target(group, ranking, costs, actives, num_standby_replicas, formulation,
-                              unpooled=hubs.unpooled | fed)
-
-    chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
-    if exact:
-        for index in np.flatnonzero(graph.flows(all_arcs)).tolist():
-            row, column = divmod(int(allowed[index]), len(clients))
-            chosen[group.stateful[row]].append(clients[column])
-    pick_tasks, pick_clients, hub_units, short = classes.decode(graph)
-    for task, client in zip(pick_tasks, pick_clients, strict=True):
-        chosen[task].append(client)
-    load: dict[str, int] = defaultdict(int)
-    for holders in chosen.values():
-        for client in holders:
-            load[client] += 1
-    for key in sorted(hub_units):
-        units = hubs.units(graph, key)
-        hub_tasks = [(task, short.get(task, per_task)) for task in hub_units[key]]
-        buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
-        if per_task == 1:
-            if not trees and _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives):
-                continue
-            buckets_units: dict[int, int] = defaultdict(int)
-            for task, amount in hub_tasks:
-                buckets[actives[task]].append((task, amount))
-                buckets_units[position[actives[task]]] += amount
-            if trees:
-                dealt = trees[key].decode(graph)
-            else:
-                dealt = _deal_hub_units(buckets_units, {position[c]: n for c, n in units.items() if n}, len(clients))
-                if dealt is None:
-                    return standby_target(group, ranking, costs, actives, num_standby_replicas,
-                                          formulation="every_arc" if small else "tree")
-        else:
-            dealt = None
-        if dealt is None:  # several standbys per task, or no exact dealing exists: one pool
-            buckets = {"": hub_tasks}
-            dealt_units = {"": units}
-        else:
-            dealt_units = {
-                active: {clients[i]: n for i, n in dealt.get(position[active], {}).items()} for active in buckets
-            }
-        for bucket, tasks in sorted(buckets.items()):
-            dealer = _SlotDealer(dealt_units[bucket], group, load, ranking)
-            for task, amount in tasks:
-                for _ in range(amount):
-                    excluded = {actives[task], *chosen[task]}
-                    client = dealer.take(excluded)
-                    if client is None:
-                        client = dealer.take_by_swap(task, excluded, chosen, actives)
-                    chosen[task].append(client)
-    return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+    formulations = choice(group, per_task)
+    for formulation in formulations:
+        standbys = formulation.solve(group, ranking, costs, actives, per_task)
+        if standbys is not None:
+            return standbys
+    raise AssertionError(f"no exact standby formulation among {formulations}")
 
 
 def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> bool:

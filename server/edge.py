@@ -39,6 +39,8 @@ from server.model import (
     LagReport,
     LeaveGroupRequest,
     MemberAssignment,
+    NotCoordinator,
+    ReplicaInfo,
     SourceTopic,
     StateStore,
     Subscription,
@@ -467,6 +469,8 @@ def describe_to_proto(view: GroupView) -> pb.GroupDescription:
             member.endpoint.CopyFrom(pb.HostInfo(host=m.endpoint.host, port=m.endpoint.port))
         if m.rack is not None:
             member.rack = m.rack
+    if view.owner is not None:
+        msg.owner.CopyFrom(coordinator_to_proto(view.owner))
     return msg
 
 
@@ -521,6 +525,30 @@ def problem_document_from_proto(msg: apb.AssignmentProblem) -> dict[str, Any]:
 # ---- the servicer ---------------------------------------------------------------------------------
 
 
+def coordinator_to_proto(replica: ReplicaInfo) -> pb.Coordinator:
+    return pb.Coordinator(replica_id=replica.replica_id, address=replica.address, epoch=replica.epoch)
+
+
+def _redirects(response_type: Any):
+    """Answer a call that reached a replica which does not own its group with NOT_COORDINATOR
+    and the owner, when known, in the response of the call's own type (Kafka's answer)."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        async def handler(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return await method(self, request, context)
+            except NotCoordinator as moved:
+                response = response_type(error_code=int(ErrorCode.NOT_COORDINATOR), error_message=moved.message)
+                if moved.owner is not None:
+                    response.coordinator.CopyFrom(coordinator_to_proto(moved.owner))
+                return response
+
+        return handler
+
+    return wrap
+
+
 class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self._coordinator = coordinator
@@ -535,6 +563,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
 
+    @_redirects(pb.JoinGroupResponse)
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
         domain = await self._guard(context, join_from_proto, request)
         response = await self._coordinator.join(domain)
@@ -546,6 +575,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             commonly_supported_version=response.commonly_supported_version,
         )
 
+    @_redirects(pb.SyncGroupResponse)
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse | bytes:
         group_id, member_id, instance = await self._guard(context, _member_fields, request)
         response = await self._coordinator.sync(SyncGroupRequest(group_id, member_id, instance, request.generation_id))
@@ -555,6 +585,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         msg.assignment.CopyFrom(assignment_to_proto(response.assignment))
         return msg.SerializeToString() + self._host_maps.get(response.assignment.cluster, response.assignment.version)
 
+    @_redirects(pb.HeartbeatResponse)
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
         def convert(msg: pb.HeartbeatRequest) -> HeartbeatRequest:
             group_id, member_id, instance = _member_fields(msg)
@@ -568,13 +599,16 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             msg.next_rebalance_ms = response.next_rebalance_ms
         return msg
 
+    @_redirects(pb.LeaveGroupResponse)
     async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
         group_id, member_id, instance = await self._guard(context, _member_fields, request)
         response = await self._coordinator.leave(LeaveGroupRequest(group_id, member_id, instance))
         return pb.LeaveGroupResponse(error_code=int(response.error), error_message=response.message)
 
+    @_redirects(pb.DescribeGroupResponse)
     async def DescribeGroup(self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext) -> pb.DescribeGroupResponse:
         group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
+        await self._coordinator.check_owner(group_id)
         view = self._coordinator.describe(group_id)
         if view is None:
             return pb.DescribeGroupResponse(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), error_message=f"group {group_id!r} not found")
@@ -584,7 +618,8 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         await self._guard(context, lambda: None)
         return pb.ListGroupsResponse(
             groups=[
-                pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation, member_count=g.member_count)
+                pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation, member_count=g.member_count,
+                                 owner=coordinator_to_proto(g.owner) if g.owner is not None else None)
                 for g in self._coordinator.list_groups()
             ]
         )
@@ -603,6 +638,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"problem.{error.field}: {error.message}")
         return pb.AssignResponse(result=result_to_proto(result))
 
+    @_redirects(pb.RouteQueryResponse)
     async def RouteQuery(self, request: pb.RouteQueryRequest, context: grpc.aio.ServicerContext) -> pb.RouteQueryResponse:
         def convert(msg: pb.RouteQueryRequest):
             group_id = _identifier(msg.group_id, "group_id", required=True)
@@ -614,6 +650,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             return group_id, store, msg.partition, (msg.max_lag if msg.HasField("max_lag") else None)
 
         group_id, store, partition, max_lag = await self._guard(context, convert, request)
+        await self._coordinator.check_owner(group_id)
         answer = self._coordinator.route(group_id, store, partition, max_lag)
         msg = pb.RouteQueryResponse(error_code=int(answer.error), error_message=answer.message)
         if answer.task is not None:
@@ -623,6 +660,12 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             if host.endpoint is not None:
                 entry.host.CopyFrom(pb.HostInfo(host=host.endpoint.host, port=host.endpoint.port))
         return msg
+
+
+    async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext) -> pb.FindCoordinatorResponse:
+        group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
+        replica = await self._coordinator.find_coordinator(group_id)
+        return pb.FindCoordinatorResponse(coordinator=coordinator_to_proto(replica))
 
 
 def _serialize(response: Any) -> bytes:

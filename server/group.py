@@ -52,6 +52,7 @@ from server.effects import (
     TimerKey,
     TimerKind,
 )
+from server.memory import with_remembered_tasks
 from server.model import (
     LATEST_SUPPORTED_VERSION,
     AssignorError,
@@ -468,6 +469,7 @@ class Group:
             )
             for m in members
         )
+        clients = with_remembered_tasks(clients, tasks, self.result)
         return AssignmentProblem(tasks=tasks, clients=clients, config=self.config)
 
     def _finish_without_assignor(self, error: AssignorError, now_ms: int) -> list:

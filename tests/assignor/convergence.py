@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from assignor import assign
 from assignor.model import LATEST, AssignmentConfig, AssignmentResult, ClientState, TaskSpec
+from assignor.target import StandbyChoice
 
 
 def settle_bound(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig) -> int:
@@ -52,13 +53,14 @@ def caught_up_clients(
 
 
 def settle(
-    tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig, max_rounds: int
+    tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: AssignmentConfig, max_rounds: int,
+    standby_choice: StandbyChoice | None = None,
 ) -> tuple[list[AssignmentResult], list[ClientState]]:
     """Assign, catch up, repeat until no probing rebalance is needed (or ``max_rounds``)."""
     results = []
     current = list(clients)
     for _ in range(max_rounds):
-        result = assign(tasks, current, config)
+        result = assign(tasks, current, config, standby_choice)
         results.append(result)
         current = caught_up_clients(tasks, current, result)
         if not result.probing_rebalance_needed:

@@ -9,21 +9,42 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from assignor.model import LATEST, UNKNOWN, AssignmentConfig, AssignmentResult, ClientState, TaskSpec
+from assignor.model import (
+    LATEST,
+    MAX_ACCEPTABLE_RECOVERY_LAG,
+    UNKNOWN,
+    AssignmentConfig,
+    AssignmentResult,
+    ClientState,
+    TaskSpec,
+)
+
+
+def worst_case_restore(spec: TaskSpec, client: ClientState) -> float:
+    """Offsets the client may have to restore before it can run the task (scenario.md "lags"):
+    its reported lag, else (no state, or state of unknown size) the whole changelog."""
+    changelog = spec.changelog_offsets if spec.changelog_offsets is not None else float("inf")
+    lag = client.lags.get(spec.id)
+    if lag == LATEST:
+        return 0
+    return changelog if lag is None or lag == UNKNOWN else lag
+
+
+def caught_up(spec: TaskSpec, client: ClientState, acceptable_recovery_lag: int) -> bool:
+    """KIP-441: a worst-case restore "acceptable for immediate assignment"; everything is
+    acceptable at the largest acceptable_recovery_lag ("max long")."""
+    return (acceptable_recovery_lag == MAX_ACCEPTABLE_RECOVERY_LAG
+            or worst_case_restore(spec, client) <= acceptable_recovery_lag)
 
 
 def _rank(spec: TaskSpec, client: ClientState, acceptable_recovery_lag: int) -> tuple[float, int]:
     """(offsets behind, tie-break) in the order of KIP-441 "Computing the most-caught-up
     instances" and scenario.md: a reported lag beats "unknown", which beats no state."""
-    changelog = spec.changelog_offsets if spec.changelog_offsets is not None else float("inf")
-    lag = client.lags.get(spec.id)
-    if lag is None:
-        return (0, 0) if changelog == 0 else (changelog, 2)
-    if lag == LATEST or (lag != UNKNOWN and lag <= acceptable_recovery_lag):
+    if caught_up(spec, client, acceptable_recovery_lag):
         return (0, 0)
-    if lag == UNKNOWN:
-        return (changelog, 1)
-    return (lag, 0)
+    lag = client.lags.get(spec.id)
+    tie = 2 if lag is None else 1 if lag == UNKNOWN else 0
+    return (worst_case_restore(spec, client), tie)
 
 
 def broken_rules(
@@ -86,6 +107,8 @@ def _lag_rules(tasks, clients, config, result) -> list[str]:
         for c, roles in result.clients.items():
             if spec.id in roles.standby and ranks[c] != (0, 0) and caught_up_free:
                 broken.append(f"{spec.id} standby on lagging {c} while {caught_up_free[0]} is caught up and free")
+            if spec.id in roles.warmup and ranks[c] == (0, 0):
+                broken.append(f"{spec.id} warm-up on {c}, which is caught up (a wasted replica)")
     return broken
 
 

@@ -13,9 +13,20 @@ from types import MappingProxyType
 
 from hypothesis import strategies as st
 
-from assignor.model import LATEST, UNKNOWN, AssignmentConfig, ClientState, TaskId, TaskSpec
+from assignor.model import (
+    LATEST,
+    MAX_ACCEPTABLE_RECOVERY_LAG,
+    UNKNOWN,
+    AssignmentConfig,
+    ClientState,
+    TaskId,
+    TaskSpec,
+)
 
 ACCEPTABLE_RECOVERY_LAG = 10_000
+# The lags drawn below straddle ACCEPTABLE_RECOVERY_LAG; the others make the changelogs
+# (5,000 and 1,000,000 offsets) fall within or beyond it, up to "every client caught up".
+ACCEPTABLE_RECOVERY_LAGS = (0, ACCEPTABLE_RECOVERY_LAG, 1_000_000, MAX_ACCEPTABLE_RECOVERY_LAG)
 
 
 @st.composite
@@ -86,7 +97,7 @@ def configs(assignor: str = "high_availability"):
     return st.builds(
         AssignmentConfig,
         assignor=st.just(assignor),
-        acceptable_recovery_lag=st.just(ACCEPTABLE_RECOVERY_LAG),
+        acceptable_recovery_lag=st.sampled_from(ACCEPTABLE_RECOVERY_LAGS),
         max_warmup_replicas=st.integers(1, 4),
         num_standby_replicas=st.integers(0, 2),
     )

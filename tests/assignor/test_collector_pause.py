@@ -37,7 +37,7 @@ def test_collector_is_off_during_assign_and_back_after_an_error(collector, monke
     gc.enable()
     during = []
 
-    def failing(tasks, clients, config):
+    def failing(tasks, clients, config, *options):
         during.append(gc.isenabled())
         raise RuntimeError("boom")
 
@@ -52,11 +52,11 @@ def test_overlapping_calls_resume_the_collector_only_after_the_last(collector, m
     gc.enable()
     inside, release, states = threading.Event(), threading.Event(), []
 
-    def slow(tasks, clients, config):
+    def slow(tasks, clients, config, *options):
         inside.set()
         release.wait(timeout=10)
 
-    def quick(tasks, clients, config):
+    def quick(tasks, clients, config, *options):
         states.append(gc.isenabled())
 
     monkeypatch.setattr(high_availability, "assign", slow)

@@ -13,8 +13,9 @@ from types import MappingProxyType
 
 import pytest
 
-from assignor import assign, target
+from assignor import assign
 from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
+from assignor.target import StandbyChoice, large_group_formulations
 from tests.assignor.convergence import caught_up_clients, settle, settle_bound
 from tests.assignor.invariants import broken_rules
 
@@ -60,9 +61,9 @@ def _scaling_event(rng: random.Random, clients: list[ClientState], serial: int) 
     return f"restart(wiped={wiped})", [restarted if c.id == victim.id else c for c in clients]
 
 
-def _settle_and_check(seed, tasks, clients, config, label):
+def _settle_and_check(seed, tasks, clients, config, label, standby_choice):
     bound = settle_bound(tasks, clients, config)
-    results, settled_clients = settle(tasks, clients, config, max_rounds=bound)
+    results, settled_clients = settle(tasks, clients, config, max_rounds=bound, standby_choice=standby_choice)
     current = clients
     for round_index, result in enumerate(results):
         broken = broken_rules(tasks, current, config, result)
@@ -70,19 +71,19 @@ def _settle_and_check(seed, tasks, clients, config, label):
         current = caught_up_clients(tasks, current, result)
     final = results[-1]
     assert not final.probing_rebalance_needed, f"seed={seed} {label}: not settled within {bound} rounds"
-    again = assign(tasks, settled_clients, config)
+    again = assign(tasks, settled_clients, config, standby_choice)
     assert again.clients == final.clients, f"seed={seed} {label}: a settled assignment moved"
     return settled_clients, len(results)
 
 
-def _run(seed: int, events: int, max_standbys: int = 2) -> None:
+def _run(seed: int, events: int, max_standbys: int = 2, standby_choice: StandbyChoice | None = None) -> None:
     rng = random.Random(seed)
     tasks, clients, config = _random_group(rng)
     config = replace(config, num_standby_replicas=min(config.num_standby_replicas, max_standbys))
-    clients, _ = _settle_and_check(seed, tasks, clients, config, "initial")
+    clients, _ = _settle_and_check(seed, tasks, clients, config, "initial", standby_choice)
     for serial in range(events):
         kind, clients = _scaling_event(rng, clients, serial)
-        clients, _ = _settle_and_check(seed, tasks, clients, config, f"event {serial} {kind}")
+        clients, _ = _settle_and_check(seed, tasks, clients, config, f"event {serial} {kind}", standby_choice)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -91,12 +92,12 @@ def test_random_scaling_events_settle_balanced(seed):
 
 
 @pytest.mark.parametrize("seed", range(100, 125))
-def test_random_scaling_events_settle_balanced_with_the_large_group_formulation(seed, monkeypatch):
-    """The hub formulation that large groups use (assignor.target, ``_AllButOneHub``), forced
-    on small ones, where conflicts are likeliest. It is exact for one standby per task; with
-    more, docs/assignor.md records what is and is not guaranteed."""
-    monkeypatch.setattr(target, "EXACT_STANDBY_ARCS", 0)
-    _run(seed, events=6, max_standbys=1)
+def test_random_scaling_events_settle_balanced_with_the_large_group_formulation(seed):
+    """The standby formulations that large groups use (``assignor.target.large_group_formulations``:
+    the hub, else the segment tree), forced on small ones, where conflicts are likeliest. They
+    are exact for one standby per task; with more, docs/assignor.md records what is and is not
+    guaranteed."""
+    _run(seed, events=6, max_standbys=1, standby_choice=large_group_formulations)
 
 
 @pytest.mark.slow
@@ -107,6 +108,5 @@ def test_random_scaling_events_settle_balanced_soak(seed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(125, 525))
-def test_large_group_formulation_soak(seed, monkeypatch):
-    monkeypatch.setattr(target, "EXACT_STANDBY_ARCS", 0)
-    _run(seed, events=10, max_standbys=1)
+def test_large_group_formulation_soak(seed):
+    _run(seed, events=10, max_standbys=1, standby_choice=large_group_formulations)

@@ -272,21 +272,12 @@ class _Recording(FlowGraph):
 
 
 def _recorded(call):
-    """(result, the optimum of the first graph ``call`` solves (the target's main graph), the
-    standby formulations it went through: a second one when the first had no exact dealing)."""
+    """(result, the optimum of the first graph ``call`` solves (the target's main graph))."""
     _Recording.optima = []
-    formulations = []
-    standby_target = target.standby_target
-
-    def recording_standby_target(*args, formulation=None):
-        formulations.append(formulation)
-        return standby_target(*args, formulation=formulation)
-
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(target, "FlowGraph", _Recording)
-        patch.setattr(target, "standby_target", recording_standby_target)
         result = call()
-    return result, _Recording.optima[0] if _Recording.optima else None, formulations
+    return result, _Recording.optima[0] if _Recording.optima else None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -295,7 +286,7 @@ def test_active_classes_reach_the_per_task_optimum(group, lag_aware):
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    actives, optimum, _ = _recorded(lambda: target.active_target(Group.of(specs, clients), ranking,
+    actives, optimum = _recorded(lambda: target.active_target(Group.of(specs, clients), ranking,
                                                                     CostModel(lag_aware)))
     assert sorted(actives) == sorted(inst.specs)
     assert optimum == reference_active_optimum(inst)
@@ -308,8 +299,9 @@ def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     """Tree (one standby): exact, and the decoded standbys cost its optimum. Hub: the relaxed
     optimum (a hub unit may land on the active, or twice on one client); with one standby, when
     an exact dealing of the hub units exists, the decoded standbys cost that optimum, which is
-    then the exact one. Without one, the target falls back to another formulation; when that is
-    every arc (small groups), its decoded standbys must cost the exact optimum too."""
+    then the exact one. Without one (``solve`` answers None), the target falls back to the next
+    formulation its choice names; when that is every arc (small groups), its decoded standbys
+    must cost the exact optimum too. Several standbys: the pooled hub, the relaxed optimum."""
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     group_index = Group.of(specs, clients)
@@ -319,19 +311,23 @@ def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
     costs = CostModel(lag_aware)
     actives = target.active_target(group_index, ranking, costs)
-    for formulation in ("tree", "hub") if per_task == 1 else ("hub",):
-        result, optimum, formulations = _recorded(lambda f=formulation: target.standby_target(
-            group_index, ranking, costs, actives, standbys, formulation=f))
-        relaxed = formulation == "hub"
+    for formulation in (target.TREE, target.HUB) if per_task == 1 else (target.POOLED_HUB,):
+        result, optimum = _recorded(lambda f=formulation: f.solve(group_index, ranking, costs, actives, per_task))
+        relaxed = formulation is not target.TREE
         assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed), formulation
+        fallback = None
+        if result is None:
+            assert formulation is target.HUB, "only the hub may find no exact dealing"
+            fallback = target.standby_formulations(group_index, per_task)[1]
+            result = fallback.solve(group_index, ranking, costs, actives, per_task)
         for task in inst.stateful:
             assert len(set(result[task])) == per_task and actives[task] not in result[task], (formulation, task)
-        if per_task == 1 and formulations == [formulation]:
-            event(f"{formulation}: decoded cost checked")
+        if per_task == 1 and fallback is None:
+            event(f"{formulation.name}: decoded cost checked")
             assert standby_cost(inst, actives, result, per_task) == optimum, formulation
             assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed=False), formulation
-        elif formulations == [formulation, "every_arc"]:
-            event(f"{formulation} -> every_arc: decoded cost checked")
+        elif fallback is target.EVERY_ARC:
+            event(f"{formulation.name} -> every_arc: decoded cost checked")
             exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
             assert standby_cost(inst, actives, result, per_task) == exact, formulation
 
@@ -349,14 +345,15 @@ def test_targets_ignore_the_order_of_the_input(group, seed):
         ranking = rank_clients(tasks, members, ACCEPTABLE_RECOVERY_LAG)
         costs = CostModel(lag_aware=True)
         actives = target.active_target(index, ranking, costs)
-        results.append((actives, *(target.standby_target(index, ranking, costs, actives, standbys, formulation=f)
-                                   for standbys, f in ((1, "hub"), (1, "tree"), (2, "hub")))))
+        # each formulation first, then the exact fallback the default choice names
+        results.append((actives, *(target.standby_target(index, ranking, costs, actives, standbys,
+                                                         lambda g, n, f=f: (f, *target.standby_formulations(g, n)[1:]))
+                                   for standbys, f in ((1, target.HUB), (1, target.TREE), (2, target.POOLED_HUB)))))
     assert results[0] == results[1]
 
 
-def _pooling_rounds(call):
-    """(result, how many times the hubs' pools were realized and how many clients each round
-    had to unpool)."""
+def _funnel_rounds(call):
+    """(result, per round the hubs' funnels were split, how many clients had to leave them)."""
     rounds = []
     realize = target._SubtopologyHubs.realize
 
@@ -373,22 +370,22 @@ def _pooling_rounds(call):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans())
-def test_pooled_active_hubs_reach_the_per_task_optimum(group, lag_aware):
-    """Hubs reaching clients through pools (as on large groups, forced here from the first
+def test_funnelled_active_hubs_reach_the_per_task_optimum(group, lag_aware):
+    """Hubs reaching clients through funnels (as on large groups, forced here from the first
     round): the decoded actives cost the per-task optimum, however many rounds it took."""
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    actives, rounds = _pooling_rounds(lambda: target.active_target(Group.of(specs, clients), ranking,
-                                                                   CostModel(lag_aware), unpooled=frozenset()))
-    event(f"pooling rounds: {len(rounds)}")
+    actives, rounds = _funnel_rounds(lambda: target.active_target(Group.of(specs, clients), ranking,
+                                                                   CostModel(lag_aware), own_arcs=frozenset()))
+    event(f"funnel rounds: {len(rounds)}")
     assert sorted(actives) == sorted(inst.specs)
     assert active_cost(inst, actives) == reference_active_optimum(inst)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans())
-def test_pooled_standby_hubs_reach_the_per_task_optimum(group, lag_aware):
+def test_funnelled_standby_hubs_reach_the_per_task_optimum(group, lag_aware):
     """The same for one standby per task through the hub formulation, whenever its hub units
     have an exact dealing (otherwise the target changes formulation, checked above)."""
     specs, clients = group
@@ -399,9 +396,11 @@ def test_pooled_standby_hubs_reach_the_per_task_optimum(group, lag_aware):
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
     costs = CostModel(lag_aware)
     actives = target.active_target(group_index, ranking, costs)
-    result, rounds = _pooling_rounds(lambda: target.standby_target(group_index, ranking, costs, actives, 1,
-                                                                   formulation="hub", unpooled=frozenset()))
-    event(f"pooling rounds: {len(rounds)}")
+    result, rounds = _funnel_rounds(lambda: target.HUB.solve(group_index, ranking, costs, actives, 1,
+                                                              own_arcs=frozenset()))
+    if result is None:  # no exact dealing: the default choice moves on to another formulation
+        return
+    event(f"funnel rounds: {len(rounds)}")
     for task in inst.stateful:
         assert len(result[task]) == 1 and actives[task] not in result[task]
     assert standby_cost(inst, actives, result, 1) == reference_standby_optimum(inst, actives, 1, relaxed=False)
@@ -420,7 +419,7 @@ def _fill_one_at_a_time(demand, caps, amount):
 
 @given(cells=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3)), min_size=1, max_size=12),
        amount=st.integers(0, 40))
-def test_pool_split_gives_to_the_largest_remaining_demand_first(cells, amount):
+def test_funnel_split_gives_to_the_largest_remaining_demand_first(cells, amount):
     demand = np.array([d for d, _ in cells], dtype=np.int64)
     caps = np.array([c for _, c in cells], dtype=np.int64)
     assert target._fill(demand, caps, amount).tolist() == _fill_one_at_a_time(demand, caps, amount)

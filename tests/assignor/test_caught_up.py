@@ -1,0 +1,123 @@
+"""Caught up follows acceptable_recovery_lag for every client (KIP-441 "Parameters").
+
+A client's worst-case restore is its reported lag, or the whole changelog when it has no state
+or state of unknown size. Within acceptable_recovery_lag the client is caught up: it takes the
+task directly, a warm-up there would be a wasted replica and a wasted probing rebalance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assignor import assign
+from assignor.model import (
+    MAX_ACCEPTABLE_RECOVERY_LAG,
+    UNKNOWN,
+    AssignmentConfig,
+    ClientState,
+    InvalidInput,
+    TaskId,
+    TaskSpec,
+)
+from tests.assignor.convergence import caught_up_clients
+from tests.assignor.invariants import broken_rules, caught_up
+from tests.assignor.strategies import configs, groups
+
+PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY_SETTINGS
+@given(group=groups(), config=configs())
+def test_no_warmup_on_a_client_whose_worst_case_restore_is_acceptable(group, config):
+    tasks, clients = group
+    result = assign(tasks, clients, config)
+    by_id = {c.id: c for c in clients}
+    specs = {s.id: s for s in tasks}
+    wasted = [(task, client) for client, roles in result.clients.items() for task in roles.warmup
+              if caught_up(specs[task], by_id[client], config.acceptable_recovery_lag)]
+    assert wasted == []
+
+
+@PROPERTY_SETTINGS
+@given(group=groups(), config=configs())
+def test_no_probing_when_nothing_waits_for_a_client_to_catch_up(group, config):
+    """An assignment whose every stateful replica sits on a caught-up client and that warms
+    nothing up moves nothing among non-caught-up clients: it needs no probing rebalance."""
+    tasks, clients = group
+    result = assign(tasks, clients, config)
+    by_id = {c.id: c for c in clients}
+    specs = {s.id: s for s in tasks}
+    waiting = [(task, client) for client, roles in result.clients.items()
+               for task in (*roles.active, *roles.standby, *roles.warmup)
+               if specs[task].stateful and not caught_up(specs[task], by_id[client], config.acceptable_recovery_lag)]
+    if not waiting and not any(roles.warmup for roles in result.clients.values()):
+        assert not result.probing_rebalance_needed
+
+
+@PROPERTY_SETTINGS
+@given(group=groups(), config=configs(), data=st.data())
+def test_everyone_caught_up_is_balanced_and_final_at_once(group, config, data):
+    """At the largest acceptable_recovery_lag (or when every changelog is within it) the
+    balanced assignment is reachable in one step: no warm-up, no probing rebalance, and it
+    comes back unchanged."""
+    tasks, clients = group
+    if data.draw(st.booleans(), label="largest acceptable lag"):
+        config = replace(config, acceptable_recovery_lag=MAX_ACCEPTABLE_RECOVERY_LAG)
+    else:
+        tasks = [replace(s, changelog_offsets=data.draw(st.integers(0, config.acceptable_recovery_lag)))
+                 if s.stateful else s for s in tasks]
+        clients = [replace(c, lags=MappingProxyType({t: lag for t, lag in c.lags.items()
+                                                     if lag < 0 or lag <= config.acceptable_recovery_lag}))
+                   for c in clients]
+    result = assign(tasks, clients, config)
+    assert not result.probing_rebalance_needed
+    assert all(not roles.warmup for roles in result.clients.values())
+    assert broken_rules(tasks, clients, config, result) == []
+    again = assign(tasks, caught_up_clients(tasks, clients, result), config)
+    assert again.clients == result.clients
+
+
+def _group(changelog: int | None, joiner_lag: int | None) -> tuple[list[TaskSpec], list[ClientState]]:
+    """KIP-441 "Scaling Out" shape: a and b run four stateful tasks, c joins."""
+    tasks = [TaskSpec(TaskId(0, p), True, changelog) for p in range(4)]
+    a = ClientState("a", prev_active=frozenset(t.id for t in tasks[:2]), lags=MappingProxyType({t.id: 0 for t in tasks}))
+    b = ClientState("b", prev_active=frozenset(t.id for t in tasks[2:]), lags=MappingProxyType({t.id: 0 for t in tasks}))
+    c_lags = {} if joiner_lag is None else {t.id: joiner_lag for t in tasks}
+    return tasks, [a, b, ClientState("c", lags=MappingProxyType(c_lags))]
+
+
+def test_a_fresh_client_on_a_small_changelog_takes_its_share_at_once():
+    tasks, clients = _group(changelog=8_000, joiner_lag=None)
+    result = assign(tasks, clients, AssignmentConfig(acceptable_recovery_lag=10_000))
+    assert len(result.clients["c"].active) == 1
+    assert not result.probing_rebalance_needed
+
+
+def test_unknown_state_counts_as_at_most_the_whole_changelog():
+    config = AssignmentConfig(acceptable_recovery_lag=10_000)
+    within = assign(*_group(changelog=10_000, joiner_lag=UNKNOWN), config)
+    assert len(within.clients["c"].active) == 1 and not within.probing_rebalance_needed
+    beyond = assign(*_group(changelog=10_001, joiner_lag=UNKNOWN), config)
+    assert beyond.clients["c"].active == () and beyond.probing_rebalance_needed
+    assert len(beyond.clients["c"].warmup) == 1
+
+
+def test_an_unbounded_changelog_is_acceptable_only_at_the_largest_acceptable_lag():
+    tasks, clients = _group(changelog=None, joiner_lag=None)
+    assert assign(tasks, clients, AssignmentConfig(acceptable_recovery_lag=MAX_ACCEPTABLE_RECOVERY_LAG - 1)) \
+        .probing_rebalance_needed
+    final = assign(tasks, clients, AssignmentConfig(acceptable_recovery_lag=MAX_ACCEPTABLE_RECOVERY_LAG))
+    assert len(final.clients["c"].active) == 1 and not final.probing_rebalance_needed
+
+
+def test_acceptable_lag_beyond_the_largest_is_invalid():
+    try:
+        AssignmentConfig(acceptable_recovery_lag=MAX_ACCEPTABLE_RECOVERY_LAG + 1)
+    except InvalidInput as error:
+        assert error.field == "config.acceptable_recovery_lag"
+    else:
+        raise AssertionError("accepted an acceptable_recovery_lag beyond max long")
