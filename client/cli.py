@@ -46,7 +46,7 @@ def _register_sidecar(subparsers) -> None:
                               description="Run the group member as its own process next to a worker in any "
                                           "language; the worker uses the local API (docs/sidecar.md).")
     p.add_argument("--group", required=True, help="group id")
-    p.add_argument("--server", required=True, help="remote leader address, host:port")
+    p.add_argument("--server", required=True, help="remote leader address, host:port, or several replicas host:port,host:port,... (any will do)")
     p.add_argument("--topology", required=True, help="topology file, YAML or JSON (docs/sidecar.md)")
     p.add_argument("--listen", default="127.0.0.1:0", help="local API address (default 127.0.0.1:0, printed on stdout)")
     p.add_argument("--process-id", default=None, help="worker process UUID (default: a new one)")

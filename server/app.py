@@ -174,9 +174,10 @@ class LeaderServer:
         await server.start()
         self._server = server
         await self.coordinator.start()
-        address = advertised_address(s.advertise_address, s.listen, self.port)
-        self.coordinator.replica = ReplicaInfo(s.replica_id, address)
+        # Alone, FindCoordinator answers "me, at the address you used" unless told otherwise.
+        self.coordinator.replica = ReplicaInfo(s.replica_id, s.advertise_address)
         if self.ownership is not None:
+            address = advertised_address(s.advertise_address, s.listen, self.port)
             self.ownership.me = self.coordinator.replica = ReplicaInfo(self.ownership.me.replica_id, address)
             self.ownership.on_serving = self._serving
             await self.ownership.start(self.coordinator)

@@ -165,14 +165,36 @@ async def _run_server(settings) -> int:
     return 0
 
 
+#: NOT_COORDINATOR redirects a describe follows before it gives up (remote_leader.v1 errors).
+_MAX_REDIRECTS = 3
+_NOT_COORDINATOR = 16
+
+
 async def _query(address: str, method: str, request: Any) -> Any:
+    """One call; ``address`` may list several replicas (host:port,host:port): ListGroups asks
+    each and merges (each replica lists the groups it owns), other calls follow NOT_COORDINATOR
+    to the group's owner."""
     import grpc
 
     from remote_leader.v1 import group_leader_pb2_grpc
 
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
-        return await getattr(stub, method)(request, timeout=10)
+    addresses = [a.strip() for a in address.split(",") if a.strip()]
+    if method == "ListGroups" and len(addresses) > 1:
+        answers = [await _query(a, method, request) for a in addresses]
+        merged = answers[0]
+        for other in answers[1:]:
+            merged.groups.extend(other.groups)
+        return merged
+    target = addresses[0]
+    for _hop in range(_MAX_REDIRECTS + 1):
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
+            response = await getattr(stub, method)(request, timeout=10)
+        moved = getattr(response, "error_code", 0) == _NOT_COORDINATOR and response.HasField("coordinator")
+        if not moved or not response.coordinator.address or response.coordinator.address == target:
+            return response
+        target = response.coordinator.address
+    return response
 
 
 def _print_message(message: Any) -> None:
@@ -222,9 +244,9 @@ def register(subparsers: Any) -> None:
 
     describe = subparsers.add_parser("describe", help="describe one group of a running server (JSON)")
     describe.add_argument("group")
-    describe.add_argument("--server", default="127.0.0.1:50051", help="server address (default 127.0.0.1:50051)")
+    describe.add_argument("--server", default="127.0.0.1:50051", help="server address, or several replicas a:p,b:p (default 127.0.0.1:50051)")
     describe.set_defaults(func=_client_call("DescribeGroup", _describe_request))
 
     groups = subparsers.add_parser("groups", help="list the groups of a running server (JSON)")
-    groups.add_argument("--server", default="127.0.0.1:50051", help="server address (default 127.0.0.1:50051)")
+    groups.add_argument("--server", default="127.0.0.1:50051", help="server address, or several replicas a:p,b:p (default 127.0.0.1:50051)")
     groups.set_defaults(func=_client_call("ListGroups", _groups_request))
