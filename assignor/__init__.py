@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from assignor.lag import Lag
 from assignor.model import (
     LATEST,
     UNKNOWN,
@@ -85,7 +86,7 @@ def solve(problem: AssignmentProblem) -> AssignmentResult:
 
 
 __all__ = [
-    "LATEST", "UNKNOWN", "AssignmentConfig", "AssignmentProblem", "AssignmentResult", "AssignorKind",
+    "LATEST", "UNKNOWN", "Lag", "AssignmentConfig", "AssignmentProblem", "AssignmentResult", "AssignorKind",
     "ClientAssignment", "ClientState", "InvalidInput", "RackAwareStrategy", "Reason", "ReasonCode", "Role",
     "TaskId", "TaskSpec", "TopicPartition", "assign", "solve",
 ]

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from assignor.lag import Lag
 from assignor.model import (
-    LATEST,
-    UNKNOWN,
     AssignmentConfig,
     AssignmentProblem,
     AssignmentResult,
@@ -191,7 +190,7 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
     return tuple(sorted(clients, key=lambda client: client.id))
 
 
-def _parse_lags(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> dict[TaskId, int]:
+def _parse_lags(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> dict[TaskId, Lag]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -202,16 +201,10 @@ def _parse_lags(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> dict[
         task_id = TaskId.parse(text, here)
         if task_id not in tasks:
             raise InvalidInput(here, f"unknown task {task_id}")
-        if value == "latest":
-            lags[task_id] = LATEST
-        elif value == "unknown":
-            lags[task_id] = UNKNOWN
-        elif isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidInput(here, f"expected a non-negative integer, 'latest' or 'unknown', got {value!r}")
-        elif value < 0:
-            raise InvalidInput(here, f"lag must be >= 0, got {value}")
-        else:
-            lags[task_id] = value
+        try:
+            lags[task_id] = Lag.from_json(value)
+        except ValueError as error:
+            raise InvalidInput(here, str(error)) from None
     return lags
 
 
@@ -248,21 +241,13 @@ def _task_to_document(spec: TaskSpec) -> dict[str, Any]:
     return document
 
 
-def _lag_to_json(lag: int) -> int | str:
-    if lag == LATEST:
-        return "latest"
-    if lag == UNKNOWN:
-        return "unknown"
-    return lag
-
-
 def _client_to_document(client: ClientState) -> dict[str, Any]:
     document: dict[str, Any] = {
         "id": client.id,
         "threads": client.threads,
         "prev_active": [str(t) for t in sorted(client.prev_active)],
         "prev_standby": [str(t) for t in sorted(client.prev_standby)],
-        "lags": {str(t): _lag_to_json(lag) for t, lag in sorted(client.lags.items())},
+        "lags": {str(t): lag.to_json() for t, lag in sorted(client.lags.items())},
     }
     if client.rack is not None:
         document["rack"] = client.rack

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from assignor.lag import Lag
 from assignor.model import AssignmentConfig, TaskId
 from client.assignment import HostInfo, MemberAssignment
 from client.topology import Topology
@@ -71,11 +72,11 @@ def config_to_proto(config: AssignmentConfig) -> apb.AssignmentConfig:
     return message
 
 
-def task_lags_to_proto(lags: Mapping[TaskId, int]) -> list[apb.TaskLag]:
-    return [apb.TaskLag(task=task_to_proto(task), lag=lag) for task, lag in sorted(lags.items())]
+def task_lags_to_proto(lags: Mapping[TaskId, Lag]) -> list[apb.TaskLag]:
+    return [apb.TaskLag(task=task_to_proto(task), lag=lag.to_wire()) for task, lag in sorted(lags.items())]
 
 
-def lag_report(lags: Mapping[TaskId, int]) -> pb.LagReport:
+def lag_report(lags: Mapping[TaskId, Lag]) -> pb.LagReport:
     return pb.LagReport(task_lags=task_lags_to_proto(lags))
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from assignor import LATEST, UNKNOWN, InvalidInput, TaskId
+from assignor import UNKNOWN, InvalidInput, TaskId
 from assignor.balance import imbalance, is_balanced
 from assignor.scenario import parse_problem
 
@@ -120,7 +120,8 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
             elif owner != client_id:
                 moved += 1
             spec = specs.get(task)
-            if spec is not None and spec.stateful and lags.get(task, UNKNOWN) != LATEST and lags.get(task) != 0:
+            lag = lags.get(task)
+            if spec is not None and spec.stateful and (lag is None or lag.known_offsets != 0):
                 restoring += 1
             if spec is not None:
                 cross_rack += spec.cross_rack_partitions(rack)
@@ -133,12 +134,12 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
     latest = unknown = 0
     for client in problem.clients:
         for lag in client.lags.values():
-            if lag == LATEST:
+            if lag.running:
                 latest += 1
             elif lag == UNKNOWN:
                 unknown += 1
             else:
-                numeric.append(lag)
+                numeric.append(lag.offsets)
     numeric.sort()
     histogram = [0] * len(LAG_BUCKETS)
     for lag in numeric:

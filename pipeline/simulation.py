@@ -42,12 +42,12 @@ from typing import Any
 
 from assignor import (
     LATEST,
-    UNKNOWN,
     AssignmentConfig,
     AssignmentResult,
     ClientAssignment,
     ClientState,
     InvalidInput,
+    Lag,
     ReasonCode,
     TaskId,
     TaskSpec,
@@ -414,7 +414,8 @@ def world_from_log(start: Mapping[str, Any], rates: Rates) -> tuple[_World, int]
         lags: dict[TaskId, float] = {}
         for task, lag in client.lags.items():
             if specs[task].stateful:
-                lags[task] = 0.0 if lag == LATEST else float(_fresh_lag(specs[task]) if lag == UNKNOWN else lag)
+                behind = lag.known_offsets
+                lags[task] = float(_fresh_lag(specs[task]) if behind is None else behind)
         for task in world.assignment[client.id].all_tasks():
             if specs[task].stateful:
                 lags.setdefault(task, float(_fresh_lag(specs[task])))
@@ -436,7 +437,7 @@ def _client_state(world: _World, member: Member) -> ClientState:
     running = world.running.get(member.id, set())
     lags = {}
     for task, lag in world.lags.get(member.id, {}).items():
-        lags[task] = LATEST if task in running else int(math.ceil(lag))
+        lags[task] = LATEST if task in running else Lag.behind(int(math.ceil(lag)))
     return ClientState(
         id=member.id,
         threads=member.threads,

@@ -27,9 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from assignor.lag import UNKNOWN, Lag
 from assignor.model import (
-    LATEST,
-    UNKNOWN,
     AssignmentConfig,
     AssignmentProblem,
     AssignmentResult,
@@ -140,8 +139,11 @@ class Member:
     endpoint: HostInfo | None
     rack: str | None
     client_tags: Mapping[str, str]
-    lags: LagReport
+    report: LagReport  # as the member sent it
     lags_updated_ms: int
+    #: ``report`` as lags against the group's end offsets: set by ``Group._take_report`` when a
+    #: report arrives (and again when another member's report raises an end offset it uses).
+    lags: Mapping[TaskId, Lag] = field(default_factory=lambda: MappingProxyType({}))
     shutdown_requested: bool = False
     join_call: int | None = None  # the parked JoinGroup, if any
     synced: bool = False
@@ -162,7 +164,7 @@ class Member:
             endpoint=None,
             rack=None,
             client_tags=MappingProxyType({}),
-            lags=LagReport(),
+            report=LagReport(),
             lags_updated_ms=now_ms,
         )
         member.update(request, now_ms)
@@ -179,8 +181,6 @@ class Member:
         self.endpoint = sub.endpoint
         self.rack = sub.rack
         self.client_tags = sub.client_tags
-        self.lags = sub.lags
-        self.lags_updated_ms = now_ms
         self.shutdown_requested = sub.error_code == AssignorError.SHUTDOWN_REQUESTED
 
 
@@ -294,10 +294,22 @@ class Group:
             return Trigger.TOPOLOGY_CHANGED
         return None
 
-    def _absorb_end_offsets(self, report: LagReport) -> None:
+    def _take_report(self, member: Member, report: LagReport, now_ms: int) -> None:
+        """A member's lag report arrived: its lags are computed here, once. The group's end
+        offsets are the largest any member reported; when this report raises one, members whose
+        offset sums are measured against it get their lags recomputed too."""
+        member.report = report
+        member.lags_updated_ms = now_ms
+        raised = set()
         for task, offset in report.end_offsets.items():
             if offset > self.end_offsets.get(task, -1):
                 self.end_offsets[task] = offset
+                raised.add(task)
+        member.lags = MappingProxyType(report.lags(self.end_offsets))
+        if raised:
+            for other in self.members.values():
+                if other is not member and not raised.isdisjoint(other.report.offset_sums):
+                    other.lags = MappingProxyType(other.report.lags(self.end_offsets))
 
     def _join_new(self, request: JoinGroupRequest, call_id: int, now_ms: int) -> Outcome:
         sub = request.subscription
@@ -313,9 +325,9 @@ class Group:
                 # The same worker process joining afresh: its old member is gone for good.
                 outcome.effects += self._remove_member(other, ErrorCode.UNKNOWN_MEMBER_ID, "superseded by a new member of the same process")
         topology_trigger = self._adopt_topology(sub)
-        self._absorb_end_offsets(sub.lags)
         member = Member.from_join(request, request.new_member_id, now_ms)
         self.members[member.member_id] = member
+        self._take_report(member, sub.lags, now_ms)
         if instance:
             self.instances[instance] = member.member_id
         outcome.effects.append(Event("group.member.joined", {"member_id": member.member_id, "process_id": member.process_id}))
@@ -332,9 +344,9 @@ class Group:
         if old_call is not None:
             outcome.effects.append(Reply(old_call, JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer member with the same group_instance_id")))
         topology_trigger = self._adopt_topology(request.subscription)
-        self._absorb_end_offsets(request.subscription.lags)
         member = Member.from_join(request, request.new_member_id, now_ms)
         self.members[member.member_id] = member
+        self._take_report(member, request.subscription.lags, now_ms)
         self.instances[instance] = member.member_id
         outcome.effects.append(
             Event("group.member.replaced", {"member_id": member.member_id, "old_member_id": old.member_id, "group_instance_id": instance})
@@ -370,8 +382,8 @@ class Group:
         if previous is not None:
             outcome.effects.append(Reply(previous, JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer JoinGroup of the same member")))
         topology_trigger = self._adopt_topology(request.subscription)
-        self._absorb_end_offsets(request.subscription.lags)
         member.update(request, now_ms)
+        self._take_report(member, request.subscription.lags, now_ms)
         return self._park(member, call_id, topology_trigger or Trigger.MEMBER_REJOINED, now_ms, outcome)
 
     def _park(self, member: Member, call_id: int, trigger: str, now_ms: int, outcome: Outcome) -> Outcome:
@@ -443,28 +455,28 @@ class Group:
         known = {spec.id for spec in tasks}
         previous_owner = self.result.active_owner() if self.result else {}
         members = sorted(self.members.values(), key=lambda m: m.process_id)
-        lags_by_pid = {m.process_id: {t: lag for t, lag in m.lags.lags(self.end_offsets).items() if t in known} for m in members}
+        lags_by_pid = {m.process_id: {t: lag for t, lag in m.lags.items() if t in known} for m in members}
         # A task claimed as a running active by two processes (a zombie): keep one claim, the
         # previous owner's, else the first process id's; the other becomes a caught-up copy.
         claims: dict[TaskId, list[str]] = {}
         for pid, lags in lags_by_pid.items():
             for task, lag in lags.items():
-                if lag == LATEST:
+                if lag.running:
                     claims.setdefault(task, []).append(pid)
         for task, pids in claims.items():
             keep = previous_owner.get(task) if previous_owner.get(task) in pids else pids[0]
             for pid in pids:
                 if pid != keep:
-                    lags_by_pid[pid][task] = 0
+                    lags_by_pid[pid][task] = Lag.behind(0)
         clients = tuple(
             ClientState(
                 id=m.process_id,
                 threads=m.num_threads,
                 rack=m.rack,
                 tags=m.client_tags,
-                prev_active=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if lag == LATEST),
+                prev_active=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if lag.running),
                 # KIP-441 "Rebalance Metadata": task lags subsume PrevTasks and StandbyTasks.
-                prev_standby=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if lag != LATEST),
+                prev_standby=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if not lag.running),
                 lags=MappingProxyType(lags_by_pid[m.process_id]),
             )
             for m in members
@@ -601,10 +613,10 @@ class Group:
         warming = self.warming_replicas()
         if not warming:
             return []
-        lags = {m.process_id: m.lags.lags(self.end_offsets) for m in self.members.values()}
+        lags = {m.process_id: m.lags for m in self.members.values()}
         for pid, task in warming:
             lag = lags.get(pid, {}).get(task)
-            if lag is None or lag == UNKNOWN or (lag != LATEST and lag > self.config.acceptable_recovery_lag):
+            if lag is None or not lag.within(self.config.acceptable_recovery_lag):
                 return []
         at = max(now_ms, self.last_rebalance_ms + self.settings.min_probe_interval_ms)
         if self.next_probe_ms is not None and self.next_probe_ms <= at:
@@ -689,9 +701,7 @@ class Group:
             return Outcome(HeartbeatResponse(error, _MESSAGES[error]))
         effects = [] if member.join_call is not None else self._touch_session(member, now_ms)
         if request.lags is not None:
-            member.lags = request.lags
-            member.lags_updated_ms = now_ms
-            self._absorb_end_offsets(request.lags)
+            self._take_report(member, request.lags, now_ms)
         if self.state is GroupState.PREPARING_REBALANCE:
             return Outcome(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS, _MESSAGES[ErrorCode.REBALANCE_IN_PROGRESS]), effects)
         if request.generation_id != self.generation:
@@ -782,7 +792,7 @@ class Group:
                     num_threads=m.num_threads,
                     version=m.version,
                     latest_supported_version=m.latest_supported_version,
-                    lags=MappingProxyType(dict(sorted(m.lags.lags(self.end_offsets).items()))),
+                    lags=MappingProxyType(dict(sorted(m.lags.items()))),
                     lags_updated_ms=m.lags_updated_ms,
                     active=assignment.active,
                     standby=assignment.standby,
@@ -822,18 +832,18 @@ class Group:
             member = by_pid.get(pid)
             if member is None:
                 continue
-            lag = member.lags.lags(self.end_offsets).get(task, UNKNOWN)
+            lag = member.lags.get(task, UNKNOWN)
             age = max(0, now_ms - member.lags_updated_ms)
             if task in assignment.active:
-                return RouteAnswer(ErrorCode.NONE, "", task, (QueryHost(pid, member.endpoint, Role.ACTIVE.value, max(lag, 0) if lag == LATEST else lag, age),))
+                return RouteAnswer(ErrorCode.NONE, "", task, (QueryHost(pid, member.endpoint, Role.ACTIVE.value, lag, age),))
             role = Role.STANDBY if task in assignment.standby else Role.WARMUP if task in assignment.warmup else None
             if role is None:
                 continue
-            effective = 0 if lag == LATEST else lag
-            if effective == UNKNOWN or (max_lag is not None and effective > max_lag):
+            behind = lag.known_offsets
+            if behind is None or (max_lag is not None and behind > max_lag):
                 continue
-            hosts.append(QueryHost(pid, member.endpoint, role.value, effective, age))
-        hosts.sort(key=lambda h: (h.lag, h.process_id))
+            hosts.append(QueryHost(pid, member.endpoint, role.value, lag, age))
+        hosts.sort(key=lambda h: (h.lag.known_offsets, h.process_id))
         return RouteAnswer(ErrorCode.NONE, "", task, tuple(hosts))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import aiosqlite
 import structlog
 
+from assignor.lag import Lag
 from assignor.model import (
     AssignmentConfig,
     AssignmentProblem,
@@ -152,9 +153,9 @@ def snapshot(group: Group) -> dict[str, Any]:
                 "rack": m.rack,
                 "client_tags": dict(m.client_tags),
                 "lags": {
-                    "task_lags": _task_map(m.lags.task_lags),
-                    "offset_sums": _task_map(m.lags.offset_sums),
-                    "end_offsets": _task_map(m.lags.end_offsets),
+                    "task_lags": {str(t): lag.to_wire() for t, lag in sorted(m.report.task_lags.items())},
+                    "offset_sums": _task_map(m.report.offset_sums),
+                    "end_offsets": _task_map(m.report.end_offsets),
                 },
                 "lags_updated_ms": m.lags_updated_ms,
                 "shutdown_requested": m.shutdown_requested,
@@ -210,8 +211,8 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
             endpoint=HostInfo(*raw["endpoint"]) if raw["endpoint"] else None,
             rack=raw["rack"],
             client_tags=MappingProxyType(raw["client_tags"]),
-            lags=LagReport(
-                MappingProxyType(_parse_task_map(lags["task_lags"])),
+            report=LagReport(
+                MappingProxyType({t: Lag.from_wire(lag) for t, lag in _parse_task_map(lags["task_lags"]).items()}),
                 MappingProxyType(_parse_task_map(lags["offset_sums"])),
                 MappingProxyType(_parse_task_map(lags["end_offsets"])),
             ),
@@ -222,6 +223,7 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
         group.members[member.member_id] = member
         if member.group_instance_id:
             group.instances[member.group_instance_id] = member.member_id
+        member.lags = MappingProxyType(member.report.lags(group.end_offsets))
     group._rebuild_cluster()
     return group
 
