@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import grpc
@@ -23,9 +23,13 @@ from prometheus_client import start_http_server
 from remote_leader.v1 import group_leader_pb2
 from server.edge import GroupLeaderServicer, add_to_server
 from server.group import GroupSettings
+from server.limits import Limits
+from server.model import ReplicaInfo
 from server.observability import Metrics, RebalanceLog
+from server.ownership import Ownership, advertised_address, default_replica_id
 from server.runtime import Coordinator
-from server.store import GroupStore
+from server.store import GroupStore, Store
+from server.store_postgres import open_replicated
 from server.timers import AsyncioTimers, Clock, FakeClock, SystemClock, Timers
 
 log = structlog.get_logger(__name__)
@@ -34,6 +38,7 @@ SERVICE_NAME = group_leader_pb2.DESCRIPTOR.services_by_name["GroupLeader"].full_
 
 #: The cyclic collector's thresholds for the serving process (CPython's default: 700, 10, 10).
 GC_THRESHOLDS = (10_000, 50, 100)
+_DEFAULT_LIMITS = Limits()
 
 
 def tune_garbage_collector() -> None:
@@ -68,6 +73,32 @@ class Settings:
     log_level: str = "info"
     log_format: str = "json"
     event_loop: str = "auto"
+    # docs/security.md, "Limits"
+    max_message_bytes: int = _DEFAULT_LIMITS.max_message_bytes
+    max_partitions_per_topic: int = _DEFAULT_LIMITS.max_partitions_per_topic
+    max_partitions_per_group: int = _DEFAULT_LIMITS.max_partitions_per_group
+    max_subtopologies: int = _DEFAULT_LIMITS.max_subtopologies
+    max_tasks_per_group: int = _DEFAULT_LIMITS.max_tasks_per_group
+    max_members_per_group: int = _DEFAULT_LIMITS.max_members_per_group
+    max_groups: int = _DEFAULT_LIMITS.max_groups
+    max_tasks_per_assign: int = _DEFAULT_LIMITS.max_tasks_per_assign
+    max_clients_per_assign: int = _DEFAULT_LIMITS.max_clients_per_assign
+    max_rebalance_timeout_ms: int = _DEFAULT_LIMITS.max_rebalance_timeout_ms
+
+    def limits(self) -> Limits:
+        return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
+    #: "sqlite" (STATE_DIR/state.db, one instance) or a postgresql:// DSN (several replicas).
+    store: str = "sqlite"
+    #: Several replicas: this one's id (default: host name and a random suffix), the host:port
+    #: clients reach it at (default: the listen address, or the host name when it listens on
+    #: every interface), and the group lease (docs/high-availability.md).
+    replica_id: str = ""
+    advertise_address: str = ""
+    lease_ms: int = 5_000
+
+    @property
+    def replicated(self) -> bool:
+        return self.store.startswith(("postgresql://", "postgres://"))
 
     def group_settings(self) -> GroupSettings:
         return GroupSettings(
@@ -92,6 +123,13 @@ class LeaderServer:
         self._health = health_aio.HealthServicer()
         self._metrics_http = None
         self.coordinator: Coordinator | None = None
+        self.ownership: Ownership | None = None
+
+    async def _serving(self, serving: bool) -> None:
+        """A replica that cannot renew its leases reports NOT_SERVING until it can again."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", SERVICE_NAME):
+            await self._health.set(service, status)
 
     def _timers(self) -> Timers:
         if isinstance(self.clock, FakeClock):
@@ -100,21 +138,26 @@ class LeaderServer:
 
     async def start(self) -> None:
         s = self.settings
-        store = GroupStore(Path(s.state_dir) / "state.db")
+        store: Store
+        if s.replicated:
+            self.ownership, store = await open_replicated(s.store, s.replica_id or default_replica_id(), s.lease_ms, self.metrics)
+        else:
+            store = GroupStore(Path(s.state_dir) / "state.db")
         await store.open()
         rebalance_log = RebalanceLog(Path(s.state_dir) / "rebalance-log", s.rebalance_log_max_bytes, s.rebalance_log_backups)
         self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics)
+        self.coordinator.ownership = self.ownership
         # A JoinGroup barrier parks one call per member: grpc's default max_pending_requests
         # (1,000 soft, 3,000 hard) would cancel the rest (docs/interfaces.md).
         options = [
             ("grpc.server.max_pending_requests", s.max_pending_requests),
             ("grpc.server.max_pending_requests_hard_limit", s.max_pending_requests),
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_receive_message_length", s.max_message_bytes),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)
-        add_to_server(GroupLeaderServicer(self.coordinator), server)
+        add_to_server(GroupLeaderServicer(self.coordinator, s.limits()), server, self.metrics.internal_errors_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
@@ -131,6 +174,12 @@ class LeaderServer:
         await server.start()
         self._server = server
         await self.coordinator.start()
+        address = advertised_address(s.advertise_address, s.listen, self.port)
+        self.coordinator.replica = ReplicaInfo(s.replica_id, address)
+        if self.ownership is not None:
+            self.ownership.me = self.coordinator.replica = ReplicaInfo(self.ownership.me.replica_id, address)
+            self.ownership.on_serving = self._serving
+            await self.ownership.start(self.coordinator)
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if s.metrics_port:
@@ -147,6 +196,8 @@ class LeaderServer:
             await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         if self.coordinator is not None:
             await self.coordinator.drain()
+        if self.ownership is not None:
+            await self.ownership.stop(release=True)
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None

@@ -28,6 +28,16 @@ from assignor.scenario import parse_problem
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
+from server.failures import contain
+from server.limits import (
+    OFF_LOOP_BYTES,
+    LimitExceeded,
+    Limits,
+    check_assign,
+    check_group_capacity,
+    check_heartbeat,
+    check_join,
+)
 from server.model import (
     RUNNING_OFFSET_SUM,
     STANDBY_HOSTS_VERSION,
@@ -41,6 +51,8 @@ from server.model import (
     LagReport,
     LeaveGroupRequest,
     MemberAssignment,
+    NotCoordinator,
+    ReplicaInfo,
     SourceTopic,
     StateStore,
     Subscription,
@@ -473,6 +485,8 @@ def describe_to_proto(view: GroupView) -> pb.GroupDescription:
             member.endpoint.CopyFrom(pb.HostInfo(host=m.endpoint.host, port=m.endpoint.port))
         if m.rack is not None:
             member.rack = m.rack
+    if view.owner is not None:
+        msg.owner.CopyFrom(coordinator_to_proto(view.owner))
     return msg
 
 
@@ -536,10 +550,35 @@ def problem_document_from_proto(msg: apb.AssignmentProblem) -> dict[str, Any]:
 # ---- the servicer ---------------------------------------------------------------------------------
 
 
+def coordinator_to_proto(replica: ReplicaInfo) -> pb.Coordinator:
+    return pb.Coordinator(replica_id=replica.replica_id, address=replica.address, epoch=replica.epoch)
+
+
+def _redirects(response_type: Any):
+    """Answer a call that reached a replica which does not own its group with NOT_COORDINATOR
+    and the owner, when known, in the response of the call's own type (Kafka's answer)."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        async def handler(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return await method(self, request, context)
+            except NotCoordinator as moved:
+                response = response_type(error_code=int(ErrorCode.NOT_COORDINATOR), error_message=moved.message)
+                if moved.owner is not None:
+                    response.coordinator.CopyFrom(coordinator_to_proto(moved.owner))
+                return response
+
+        return handler
+
+    return wrap
+
+
 class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Coordinator, limits: Limits | None = None) -> None:
         self._coordinator = coordinator
         self._host_maps = _HostMapCache()
+        self.limits = limits or Limits()
 
     async def _guard(self, context: grpc.aio.ServicerContext, convert, *args: Any) -> Any:
         """The one place where contract faults become gRPC status codes."""
@@ -549,10 +588,32 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             return convert(*args)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
+        except LimitExceeded as error:
+            await context.abort(error.code, str(error))
 
+    async def _guard_large(self, context: grpc.aio.ServicerContext, request: Any, check, convert) -> Any:
+        """``_guard`` for a request that may be large: the limits are checked first (they only
+        count), and a request over ``OFF_LOOP_BYTES`` is converted in a worker thread, so that
+        the event loop keeps answering heartbeats and health checks meanwhile."""
+        await self._guard(context, check, self.limits, request)
+        if request.ByteSize() <= OFF_LOOP_BYTES:
+            return await self._guard(context, convert, request)
+        try:
+            return await asyncio.to_thread(convert, request)
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
+
+    @_redirects(pb.JoinGroupResponse)
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
-        domain = await self._guard(context, join_from_proto, request)
-        response = await self._coordinator.join(domain)
+        domain = await self._guard_large(context, request, check_join, join_from_proto)
+
+        def admit(group: Any, groups: int) -> None:
+            check_group_capacity(self.limits, group, groups, domain.member_id, domain.group_instance_id)
+
+        try:
+            response = await self._coordinator.join(domain, admit)
+        except LimitExceeded as error:
+            await context.abort(error.code, str(error))
         return pb.JoinGroupResponse(
             error_code=int(response.error),
             error_message=response.message,
@@ -561,6 +622,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             commonly_supported_version=response.commonly_supported_version,
         )
 
+    @_redirects(pb.SyncGroupResponse)
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse | bytes:
         group_id, member_id, instance = await self._guard(context, _member_fields, request)
         response = await self._coordinator.sync(SyncGroupRequest(group_id, member_id, instance, request.generation_id))
@@ -570,26 +632,30 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         msg.assignment.CopyFrom(assignment_to_proto(response.assignment))
         return msg.SerializeToString() + self._host_maps.get(response.assignment.cluster, response.assignment.version)
 
+    @_redirects(pb.HeartbeatResponse)
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
         def convert(msg: pb.HeartbeatRequest) -> HeartbeatRequest:
             group_id, member_id, instance = _member_fields(msg)
             lags = lags_from_proto(msg.lags, "lags") if msg.HasField("lags") else None
             return HeartbeatRequest(group_id, member_id, instance, msg.generation_id, lags)
 
-        domain = await self._guard(context, convert, request)
+        domain = await self._guard_large(context, request, check_heartbeat, convert)
         response = await self._coordinator.heartbeat(domain)
         msg = pb.HeartbeatResponse(error_code=int(response.error), error_message=response.message)
         if response.next_rebalance_ms is not None:
             msg.next_rebalance_ms = response.next_rebalance_ms
         return msg
 
+    @_redirects(pb.LeaveGroupResponse)
     async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
         group_id, member_id, instance = await self._guard(context, _member_fields, request)
         response = await self._coordinator.leave(LeaveGroupRequest(group_id, member_id, instance))
         return pb.LeaveGroupResponse(error_code=int(response.error), error_message=response.message)
 
+    @_redirects(pb.DescribeGroupResponse)
     async def DescribeGroup(self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext) -> pb.DescribeGroupResponse:
         group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
+        await self._coordinator.check_owner(group_id)
         view = self._coordinator.describe(group_id)
         if view is None:
             return pb.DescribeGroupResponse(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), error_message=f"group {group_id!r} not found")
@@ -599,7 +665,8 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         await self._guard(context, lambda: None)
         return pb.ListGroupsResponse(
             groups=[
-                pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation, member_count=g.member_count)
+                pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation, member_count=g.member_count,
+                                 owner=coordinator_to_proto(g.owner) if g.owner is not None else None)
                 for g in self._coordinator.list_groups()
             ]
         )
@@ -611,13 +678,18 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             except InvalidInput as error:
                 raise InvalidInput(f"problem.{error.field}", error.message) from None
 
-        problem = await self._guard(context, convert, request)
+        await self._guard(context, check_assign, self.limits, request)
+        try:  # parsing a large problem is Python work: off the event loop
+            problem = await asyncio.to_thread(convert, request)
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
         try:
             result = await asyncio.to_thread(solve, problem)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"problem.{error.field}: {error.message}")
         return pb.AssignResponse(result=result_to_proto(result))
 
+    @_redirects(pb.RouteQueryResponse)
     async def RouteQuery(self, request: pb.RouteQueryRequest, context: grpc.aio.ServicerContext) -> pb.RouteQueryResponse:
         def convert(msg: pb.RouteQueryRequest):
             group_id = _identifier(msg.group_id, "group_id", required=True)
@@ -629,6 +701,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             return group_id, store, msg.partition, (msg.max_lag if msg.HasField("max_lag") else None)
 
         group_id, store, partition, max_lag = await self._guard(context, convert, request)
+        await self._coordinator.check_owner(group_id)
         answer = self._coordinator.route(group_id, store, partition, max_lag)
         msg = pb.RouteQueryResponse(error_code=int(answer.error), error_message=answer.message)
         if answer.task is not None:
@@ -640,17 +713,24 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         return msg
 
 
+    async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext) -> pb.FindCoordinatorResponse:
+        group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
+        replica = await self._coordinator.find_coordinator(group_id)
+        return pb.FindCoordinatorResponse(coordinator=coordinator_to_proto(replica))
+
+
 def _serialize(response: Any) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
-def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server) -> None:
+def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server, on_internal_error=None) -> None:
     """Register the servicer like the generated ``add_GroupLeaderServicer_to_server``, except that
-    a handler may return pre-serialised bytes (SyncGroup does)."""
+    a handler may return pre-serialised bytes (SyncGroup does) and an unexpected exception is
+    contained (``server.failures.contain``)."""
     service = pb.DESCRIPTOR.services_by_name["GroupLeader"]
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, method.name),
+            contain(method.name, getattr(servicer, method.name), on_internal_error),
             request_deserializer=message_factory.GetMessageClass(method.input_type).FromString,
             response_serializer=_serialize,
         )

@@ -26,6 +26,7 @@ STANDBY_HOSTS_VERSION: Final = 2
 class ErrorCode(enum.IntEnum):
     NONE = 0
     COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
     INVALID_GROUP_ID = 24
@@ -392,6 +393,7 @@ class GroupView:
     last_rebalance_ms: int
     last_rebalance_trigger: str
     assignment_error: AssignorError
+    owner: ReplicaInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,6 +402,27 @@ class GroupOverview:
     state: str
     generation: int
     member_count: int
+    owner: ReplicaInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """One replica of the leader as clients reach it: its id, its address (host:port) and, when
+    it owns a group, the epoch of its lease on that group (docs/high-availability.md)."""
+
+    replica_id: str
+    address: str
+    epoch: int = 0
+
+
+class NotCoordinator(Exception):
+    """This replica does not own the group (Kafka's NOT_COORDINATOR): ``owner`` is the replica
+    that does, or should, when known; otherwise the caller asks FindCoordinator again."""
+
+    def __init__(self, owner: ReplicaInfo | None, message: str) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

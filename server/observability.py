@@ -63,6 +63,22 @@ class Metrics:
         self.warmups = Gauge("remote_leader_warmups_in_flight", "Warm-up replicas in the current assignment", ["group"], registry=r)
         self.probes_scheduled = Counter("remote_leader_probes_scheduled", "Probing rebalances scheduled", ["group", "reason"], registry=r)
         self.probes_fired = Counter("remote_leader_probes_fired", "Probing rebalances fired", ["group", "reason"], registry=r)
+        # Several replicas over PostgreSQL (docs/high-availability.md); zero with the SQLite store.
+        self.leases_held = Gauge("remote_leader_leases_held", "Group leases this replica holds", registry=r)
+        self.takeovers = Counter("remote_leader_takeovers", "Groups this replica took over from another (epoch > 1)", registry=r)
+        self.fenced_writes = Counter("remote_leader_fenced_writes", "Writes refused because another replica took the group over", registry=r)
+        self.internal_errors = Counter(
+            "remote_leader_rpc_internal_errors", "Calls answered INTERNAL after an unexpected exception", ["method"], registry=r
+        )
+        self.refused = Counter(
+            "remote_leader_requests_refused",
+            "Calls refused by a limit or by authentication/authorization (docs/security.md)",
+            ["method", "code", "reason"],
+            registry=r,
+        )
+
+    def internal_errors_seen(self, method: str) -> None:
+        self.internal_errors.labels(method).inc()
 
 
 class Telemetry:

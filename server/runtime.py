@@ -13,6 +13,8 @@ and writes are ordered, so a later reply can never overtake an earlier write).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
 import json
 import time
@@ -46,17 +48,23 @@ from server.model import (
     JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    NotCoordinator,
+    ReplicaInfo,
     RouteAnswer,
     SyncGroupRequest,
     SyncGroupResponse,
 )
 from server.observability import Metrics, RebalanceLog, Telemetry
-from server.store import GroupStore, restore, snapshot
+from server.store import Store, restore, snapshot
 from server.timers import Clock, Timers
 
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[Group, int, int], Outcome]  # (group, call_id, now_ms) -> Outcome
+#: The edge's checks that need the group (capacity, ownership): run under the group's lock before
+#: the handler, with the group (None when it does not exist yet) and the number of groups; they
+#: refuse by raising, and then nothing has changed.
+Admit = Callable[[Group | None, int], None]
 
 
 class _KeyedLocks:
@@ -110,7 +118,7 @@ class Coordinator:
         settings: GroupSettings,
         clock: Clock,
         timers: Timers,
-        store: GroupStore | None = None,
+        store: Store | None = None,
         rebalance_log: RebalanceLog | None = None,
         metrics: Metrics | None = None,
         assign: Callable[[AssignmentProblem], AssignmentResult] = assignor.solve,
@@ -130,6 +138,10 @@ class Coordinator:
         self._call_ids = itertools.count(1)
         self.draining = False
         self.loaded = False
+        #: Several replicas over PostgreSQL: which groups this one owns (server.ownership).
+        self.ownership: Any = None
+        #: How clients reach this server (FindCoordinator's answer when it is alone).
+        self.replica = ReplicaInfo("", "")
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -162,6 +174,40 @@ class Coordinator:
             effects.append(ScheduleTimer(TimerKey(TimerKind.JOIN, group.group_id), group.join_deadline_ms))
         await self._apply(group, effects)
 
+    async def adopt(self, group_id: str, document: dict[str, Any] | None) -> None:
+        """This replica took ``group_id``'s lease: serve it from its last durable snapshot."""
+        async with self._group_locks.acquire(group_id):
+            if document is None:
+                self.groups.pop(group_id, None)
+                return
+            group = restore(document, self.settings)
+            self.groups[group_id] = group
+            await self._rearm(group)
+
+    async def forget(self, group_id: str) -> None:
+        """Another replica owns ``group_id`` now: stop serving it (timers off, parked joins
+        answered COORDINATOR_NOT_AVAILABLE so their members look for the owner)."""
+        async with self._group_locks.acquire(group_id):
+            group = self.groups.pop(group_id, None)
+            if group is None:
+                return
+            _writes, replies = await self._apply(group, group.unload().effects)
+        self._deliver(replies)
+
+    async def check_owner(self, group_id: str) -> None:
+        """Raise NotCoordinator when another replica owns the group (read-only calls)."""
+        if self.ownership is not None:
+            await self.ownership.ensure(group_id, create=False)
+
+    async def find_coordinator(self, group_id: str) -> ReplicaInfo:
+        """FindCoordinator: the owner among the replicas, or this server when it is alone."""
+        if self.ownership is not None:
+            return await self.ownership.find(group_id)
+        return self.replica
+
+    def _owner(self, group_id: str) -> Any:
+        return self.ownership.owner_of(group_id) if self.ownership is not None else None
+
     async def _snapshot_text(self, group_id: str) -> str | None:
         async with self._group_locks.acquire(group_id):
             group = self.groups.get(group_id)
@@ -191,24 +237,30 @@ class Coordinator:
 
     # ---- the group RPCs ----------------------------------------------------------------------
 
-    async def join(self, request: JoinGroupRequest) -> JoinGroupResponse:
-        return await self._run(request.group_id, request.member_id, lambda g, c, n: g.join(request, c, n), create=True, parkable=True)
+    async def join(self, request: JoinGroupRequest, admit: Admit | None = None) -> JoinGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, c, n: g.join(request, c, n), create=True, parkable=True, admit=admit)
 
-    async def sync(self, request: SyncGroupRequest) -> SyncGroupResponse:
-        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.sync(request, n))
+    async def sync(self, request: SyncGroupRequest, admit: Admit | None = None) -> SyncGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.sync(request, n), admit=admit)
 
-    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
-        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.heartbeat(request, n))
+    async def heartbeat(self, request: HeartbeatRequest, admit: Admit | None = None) -> HeartbeatResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.heartbeat(request, n), admit=admit)
 
-    async def leave(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
-        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.leave(request, n))
+    async def leave(self, request: LeaveGroupRequest, admit: Admit | None = None) -> LeaveGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.leave(request, n), admit=admit)
 
     def describe(self, group_id: str) -> GroupView | None:
         group = self.groups.get(group_id)
-        return group.describe() if group is not None else None
+        if group is None:
+            return None
+        view = group.describe()
+        return dataclasses.replace(view, owner=self._owner(group_id)) if self.ownership is not None else view
 
     def list_groups(self) -> list[GroupOverview]:
-        return [self.groups[g].overview() for g in sorted(self.groups)]
+        overviews = [self.groups[g].overview() for g in sorted(self.groups)]
+        if self.ownership is None:
+            return overviews
+        return [dataclasses.replace(o, owner=self._owner(o.group_id)) for o in overviews]
 
     def route(self, group_id: str, store: str, partition: int, max_lag: int | None) -> RouteAnswer:
         group = self.groups.get(group_id)
@@ -218,7 +270,9 @@ class Coordinator:
 
     # ---- running handlers --------------------------------------------------------------------
 
-    async def _run(self, group_id: str, member_id: str, handler: Handler, *, create: bool = False, parkable: bool = False) -> Any:
+    async def _run(
+        self, group_id: str, member_id: str, handler: Handler, *, create: bool = False, parkable: bool = False, admit: Admit | None = None
+    ) -> Any:
         call_id = 0
         future: asyncio.Future | None = None
         if parkable:
@@ -226,15 +280,21 @@ class Coordinator:
             future = asyncio.get_running_loop().create_future()
             self._calls[call_id] = future
         try:
+            if self.ownership is not None and not self.draining:  # a drain only unloads
+                await self.ownership.ensure(group_id, create=create)
             member_key = (group_id, member_id)
             if member_id:
                 await self._member_locks._enter(member_key)
             try:
                 async with self._group_locks.acquire(group_id):
                     group = self.groups.get(group_id)
+                    if admit is not None:
+                        admit(group, len(self.groups))
                     if group is None:
                         if not create:
                             return _unknown_group(handler)
+                        if self.ownership is not None and self.ownership.lease(group_id) is None:
+                            raise NotCoordinator(None, f"group {group_id!r} moved while this call waited")
                         group = self.groups[group_id] = Group(group_id, self.settings)
                     outcome = handler(group, call_id, self.clock.now_ms())
                     writes, replies = await self._apply(group, outcome.effects)
@@ -242,7 +302,12 @@ class Coordinator:
                 if member_id:
                     self._member_locks._exit(member_key)
             if writes:
-                await asyncio.gather(*writes)
+                try:
+                    await asyncio.gather(*writes)
+                except NotCoordinator:  # fenced: another replica owns the group; answer nothing of it
+                    if self.ownership is not None:
+                        await self.ownership.lost(group_id)
+                    raise
             self._deliver(replies)
             if outcome.response is not None or future is None:
                 return outcome.response
@@ -301,6 +366,10 @@ class Coordinator:
 
     def _timer_callback(self, key: TimerKey):
         async def fire() -> None:
+            with contextlib.suppress(NotCoordinator):  # the group moved to another replica
+                await run()
+
+        async def run() -> None:
             if key.kind is TimerKind.SESSION:
                 await self._run(key.group_id, key.member_id, lambda g, _c, n: g.session_expired(key.member_id, n))
             elif key.kind is TimerKind.JOIN:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import aiosqlite
 import structlog
@@ -231,8 +231,22 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
 # ---- the SQLite store -----------------------------------------------------------------------------
 
 
+class Store(Protocol):
+    """What the runtime needs of durable group state, whatever the engine: SQLite for one
+    instance (``GroupStore``), PostgreSQL for several replicas (``server.store_postgres``).
+    ``request(group_id)`` resolves once a snapshot taken after the call is durable, so a reply
+    awaited after it never depends on state that a crash could lose."""
+
+    async def open(self) -> None: ...
+    async def load_all(self) -> list[dict[str, Any]]: ...
+    def start(self, snapshot: Callable[[str], Awaitable[str | None]]) -> None: ...
+    def request(self, group_id: str) -> asyncio.Future: ...
+    async def flush(self) -> None: ...
+    async def close(self) -> None: ...
+
+
 class GroupStore:
-    """SQLite persistence with one coalescing writer task."""
+    """SQLite persistence with one coalescing writer task (the embedded default ``Store``)."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -291,11 +305,17 @@ class GroupStore:
                         waiter.set_result(None)
 
     async def _write(self, group_id: str) -> None:
-        if self._db is None or self._snapshot is None:
+        if self._snapshot is None:
             raise RuntimeError("store not started")
         text = await self._snapshot(group_id)
         if text is None:
             return
+        await self._put(group_id, text)
+
+    async def _put(self, group_id: str, text: str) -> None:
+        """Make one group's snapshot durable (the part a store of another engine replaces)."""
+        if self._db is None:
+            raise RuntimeError("store not open")
         updated = time.time_ns() // 1_000_000
         await self._db.execute(
             "INSERT INTO groups (group_id, snapshot, updated_ms) VALUES (?, ?, ?) "

@@ -36,6 +36,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """Success."""
     ERROR_CODE_COORDINATOR_NOT_AVAILABLE: _ErrorCode.ValueType  # 15
     """The server is draining or has not loaded its state yet: retry on another connection."""
+    ERROR_CODE_NOT_COORDINATOR: _ErrorCode.ValueType  # 16
+    """This replica does not own the group (several replicas over PostgreSQL): the response's
+    `coordinator` names the replica that does, when known; otherwise ask FindCoordinator.
+    """
     ERROR_CODE_ILLEGAL_GENERATION: _ErrorCode.ValueType  # 22
     """The call names a generation that is not the group's current one: rejoin."""
     ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL: _ErrorCode.ValueType  # 23
@@ -73,6 +77,10 @@ ERROR_CODE_NONE: ErrorCode.ValueType  # 0
 """Success."""
 ERROR_CODE_COORDINATOR_NOT_AVAILABLE: ErrorCode.ValueType  # 15
 """The server is draining or has not loaded its state yet: retry on another connection."""
+ERROR_CODE_NOT_COORDINATOR: ErrorCode.ValueType  # 16
+"""This replica does not own the group (several replicas over PostgreSQL): the response's
+`coordinator` names the replica that does, when known; otherwise ask FindCoordinator.
+"""
 ERROR_CODE_ILLEGAL_GENERATION: ErrorCode.ValueType  # 22
 """The call names a generation that is not the group's current one: rejoin."""
 ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL: ErrorCode.ValueType  # 23

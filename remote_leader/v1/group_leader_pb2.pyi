@@ -71,6 +71,80 @@ GROUP_STATE_DEAD: GroupState.ValueType  # 5
 Global___GroupState: _TypeAlias = GroupState  # noqa: Y015
 
 @_typing.final
+class Coordinator(_message.Message):
+    """One replica of the leader, as clients reach it (docs/high-availability.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    replica_id: _builtins.str
+    address: _builtins.str
+    """host:port to open a channel to."""
+    epoch: _builtins.int
+    """The epoch of its lease on the group (grows at every takeover); 0 when not known."""
+    def __init__(
+        self,
+        *,
+        replica_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "epoch", b"epoch", "replica_id", b"replica_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Coordinator: _TypeAlias = Coordinator  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorRequest: _TypeAlias = FindCoordinatorRequest  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    COORDINATOR_FIELD_NUMBER: _builtins.int
+    error_code: _errors_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    @_builtins.property
+    def coordinator(self) -> Global___Coordinator: ...
+    def __init__(
+        self,
+        *,
+        error_code: _errors_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        coordinator: Global___Coordinator | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorResponse: _TypeAlias = FindCoordinatorResponse  # noqa: Y015
+
+@_typing.final
 class HostInfo(_message.Message):
     """host:port where a member serves interactive queries (Kafka Streams' HostInfo)."""
 
@@ -442,12 +516,17 @@ class JoinGroupResponse(_message.Message):
     GENERATION_ID_FIELD_NUMBER: _builtins.int
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     COMMONLY_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
+    COORDINATOR_FIELD_NUMBER: _builtins.int
     error_code: _errors_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     generation_id: _builtins.int
     member_id: _builtins.str
     commonly_supported_version: _builtins.int
     """The version the group runs at for this generation."""
+    @_builtins.property
+    def coordinator(self) -> Global___Coordinator:
+        """With NOT_COORDINATOR: the replica that owns the group, when known."""
+
     def __init__(
         self,
         *,
@@ -456,10 +535,11 @@ class JoinGroupResponse(_message.Message):
         generation_id: _builtins.int = ...,
         member_id: _builtins.str = ...,
         commonly_supported_version: _builtins.int = ...,
+        coordinator: Global___Coordinator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commonly_supported_version", b"commonly_supported_version", "error_code", b"error_code", "error_message", b"error_message", "generation_id", b"generation_id", "member_id", b"member_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commonly_supported_version", b"commonly_supported_version", "coordinator", b"coordinator", "error_code", b"error_code", "error_message", b"error_message", "generation_id", b"generation_id", "member_id", b"member_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -642,20 +722,26 @@ class SyncGroupResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    COORDINATOR_FIELD_NUMBER: _builtins.int
     error_code: _errors_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     @_builtins.property
     def assignment(self) -> Global___Assignment: ...
+    @_builtins.property
+    def coordinator(self) -> Global___Coordinator:
+        """With NOT_COORDINATOR: the replica that owns the group, when known."""
+
     def __init__(
         self,
         *,
         error_code: _errors_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         assignment: Global___Assignment | None = ...,
+        coordinator: Global___Coordinator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "coordinator", b"coordinator"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "coordinator", b"coordinator", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -704,20 +790,26 @@ class HeartbeatResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     NEXT_REBALANCE_MS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_FIELD_NUMBER: _builtins.int
     error_code: _errors_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     next_rebalance_ms: _builtins.int
     """Epoch milliseconds of the scheduled probing rebalance, absent when none is scheduled."""
+    @_builtins.property
+    def coordinator(self) -> Global___Coordinator:
+        """With NOT_COORDINATOR: the replica that owns the group, when known."""
+
     def __init__(
         self,
         *,
         error_code: _errors_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         next_rebalance_ms: _builtins.int | None = ...,
+        coordinator: Global___Coordinator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms", "next_rebalance_ms", b"next_rebalance_ms"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms", "coordinator", b"coordinator", "next_rebalance_ms", b"next_rebalance_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms", "error_code", b"error_code", "error_message", b"error_message", "next_rebalance_ms", b"next_rebalance_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms", "coordinator", b"coordinator", "error_code", b"error_code", "error_message", b"error_message", "next_rebalance_ms", b"next_rebalance_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__next_rebalance_ms: _TypeAlias = _typing.Literal["next_rebalance_ms"]  # noqa: Y015
     _WhichOneofArgType__next_rebalance_ms: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms"]  # noqa: Y015
@@ -758,17 +850,23 @@ class LeaveGroupResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    COORDINATOR_FIELD_NUMBER: _builtins.int
     error_code: _errors_pb2.ErrorCode.ValueType
     error_message: _builtins.str
+    @_builtins.property
+    def coordinator(self) -> Global___Coordinator:
+        """With NOT_COORDINATOR: the replica that owns the group, when known."""
+
     def __init__(
         self,
         *,
         error_code: _errors_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
+        coordinator: Global___Coordinator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -887,6 +985,7 @@ class GroupDescription(_message.Message):
     LAST_REBALANCE_MS_FIELD_NUMBER: _builtins.int
     LAST_REBALANCE_TRIGGER_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_ERROR_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     state: Global___GroupState.ValueType
     generation_id: _builtins.int
@@ -907,6 +1006,10 @@ class GroupDescription(_message.Message):
     def reasons(self) -> _containers.RepeatedCompositeFieldContainer[_assignment_pb2.Reason]:
         """The assignor's reasons for the current assignment."""
 
+    @_builtins.property
+    def owner(self) -> Global___Coordinator:
+        """The replica that owns the group and its lease epoch (several replicas; unset for one)."""
+
     def __init__(
         self,
         *,
@@ -923,10 +1026,11 @@ class GroupDescription(_message.Message):
         last_rebalance_ms: _builtins.int = ...,
         last_rebalance_trigger: _builtins.str = ...,
         assignment_error: _errors_pb2.AssignorError.ValueType = ...,
+        owner: Global___Coordinator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_probe_ms", b"_next_probe_ms", "config", b"config", "next_probe_ms", b"next_probe_ms", "topology", b"topology"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_probe_ms", b"_next_probe_ms", "config", b"config", "next_probe_ms", b"next_probe_ms", "owner", b"owner", "topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_probe_ms", b"_next_probe_ms", "assignment_error", b"assignment_error", "commonly_supported_version", b"commonly_supported_version", "config", b"config", "generation_id", b"generation_id", "group_id", b"group_id", "last_rebalance_ms", b"last_rebalance_ms", "last_rebalance_trigger", b"last_rebalance_trigger", "members", b"members", "next_probe_ms", b"next_probe_ms", "next_probe_reason", b"next_probe_reason", "reasons", b"reasons", "state", b"state", "topology", b"topology"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_probe_ms", b"_next_probe_ms", "assignment_error", b"assignment_error", "commonly_supported_version", b"commonly_supported_version", "config", b"config", "generation_id", b"generation_id", "group_id", b"group_id", "last_rebalance_ms", b"last_rebalance_ms", "last_rebalance_trigger", b"last_rebalance_trigger", "members", b"members", "next_probe_ms", b"next_probe_ms", "next_probe_reason", b"next_probe_reason", "owner", b"owner", "reasons", b"reasons", "state", b"state", "topology", b"topology"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__next_probe_ms: _TypeAlias = _typing.Literal["next_probe_ms"]  # noqa: Y015
     _WhichOneofArgType__next_probe_ms: _TypeAlias = _typing.Literal["_next_probe_ms", b"_next_probe_ms"]  # noqa: Y015
@@ -960,20 +1064,26 @@ class DescribeGroupResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     GROUP_FIELD_NUMBER: _builtins.int
+    COORDINATOR_FIELD_NUMBER: _builtins.int
     error_code: _errors_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     @_builtins.property
     def group(self) -> Global___GroupDescription: ...
+    @_builtins.property
+    def coordinator(self) -> Global___Coordinator:
+        """With NOT_COORDINATOR: the replica that owns the group, when known."""
+
     def __init__(
         self,
         *,
         error_code: _errors_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         group: Global___GroupDescription | None = ...,
+        coordinator: Global___Coordinator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator", "group", b"group"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "group", b"group"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator", "error_code", b"error_code", "error_message", b"error_message", "group", b"group"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1002,10 +1112,15 @@ class GroupOverview(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     GENERATION_ID_FIELD_NUMBER: _builtins.int
     MEMBER_COUNT_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     state: Global___GroupState.ValueType
     generation_id: _builtins.int
     member_count: _builtins.int
+    @_builtins.property
+    def owner(self) -> Global___Coordinator:
+        """The replica that owns the group and its lease epoch (several replicas; unset for one)."""
+
     def __init__(
         self,
         *,
@@ -1013,10 +1128,11 @@ class GroupOverview(_message.Message):
         state: Global___GroupState.ValueType = ...,
         generation_id: _builtins.int = ...,
         member_count: _builtins.int = ...,
+        owner: Global___Coordinator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["owner", b"owner"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group_id", b"group_id", "member_count", b"member_count", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group_id", b"group_id", "member_count", b"member_count", "owner", b"owner", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1160,12 +1276,17 @@ class RouteQueryResponse(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     TASK_FIELD_NUMBER: _builtins.int
     HOSTS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_FIELD_NUMBER: _builtins.int
     error_code: _errors_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     @_builtins.property
     def task(self) -> _assignment_pb2.TaskId: ...
     @_builtins.property
     def hosts(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueryHost]: ...
+    @_builtins.property
+    def coordinator(self) -> Global___Coordinator:
+        """With NOT_COORDINATOR: the replica that owns the group, when known."""
+
     def __init__(
         self,
         *,
@@ -1173,10 +1294,11 @@ class RouteQueryResponse(_message.Message):
         error_message: _builtins.str = ...,
         task: _assignment_pb2.TaskId | None = ...,
         hosts: _abc.Iterable[Global___QueryHost] | None = ...,
+        coordinator: Global___Coordinator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "hosts", b"hosts", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator", b"coordinator", "error_code", b"error_code", "error_message", b"error_message", "hosts", b"hosts", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -74,6 +74,11 @@ class GroupLeaderStub:
                 request_serializer=remote__leader_dot_v1_dot_group__leader__pb2.RouteQueryRequest.SerializeToString,
                 response_deserializer=remote__leader_dot_v1_dot_group__leader__pb2.RouteQueryResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/remote_leader.v1.GroupLeader/FindCoordinator',
+                request_serializer=remote__leader_dot_v1_dot_group__leader__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=remote__leader_dot_v1_dot_group__leader__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
 
 
 class GroupLeaderServicer:
@@ -134,6 +139,14 @@ class GroupLeaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Which replica owns (or would take) a group, when several replicas share PostgreSQL
+        (Kafka's FindCoordinator). A single server answers with itself.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupLeaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -176,6 +189,11 @@ def add_GroupLeaderServicer_to_server(servicer, server):
                     servicer.RouteQuery,
                     request_deserializer=remote__leader_dot_v1_dot_group__leader__pb2.RouteQueryRequest.FromString,
                     response_serializer=remote__leader_dot_v1_dot_group__leader__pb2.RouteQueryResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=remote__leader_dot_v1_dot_group__leader__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=remote__leader_dot_v1_dot_group__leader__pb2.FindCoordinatorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -394,6 +412,33 @@ class GroupLeader:
             '/remote_leader.v1.GroupLeader/RouteQuery',
             remote__leader_dot_v1_dot_group__leader__pb2.RouteQueryRequest.SerializeToString,
             remote__leader_dot_v1_dot_group__leader__pb2.RouteQueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/remote_leader.v1.GroupLeader/FindCoordinator',
+            remote__leader_dot_v1_dot_group__leader__pb2.FindCoordinatorRequest.SerializeToString,
+            remote__leader_dot_v1_dot_group__leader__pb2.FindCoordinatorResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -72,6 +72,10 @@ class GroupLeaderStub:
     """Stateless: solve one assignment problem (a KIP-924 TaskAssignor plug-in's remote call)."""
     RouteQuery: _grpc.UnaryUnaryMultiCallable[_group_leader_pb2.RouteQueryRequest, _group_leader_pb2.RouteQueryResponse]
     """KIP-535 query routing: where to send an interactive query for a store partition."""
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_group_leader_pb2.FindCoordinatorRequest, _group_leader_pb2.FindCoordinatorResponse]
+    """Which replica owns (or would take) a group, when several replicas share PostgreSQL
+    (Kafka's FindCoordinator). A single server answers with itself.
+    """
 
 @_typing.type_check_only
 class GroupLeaderAsyncStub(GroupLeaderStub):
@@ -92,6 +96,10 @@ class GroupLeaderAsyncStub(GroupLeaderStub):
     """Stateless: solve one assignment problem (a KIP-924 TaskAssignor plug-in's remote call)."""
     RouteQuery: _aio.UnaryUnaryMultiCallable[_group_leader_pb2.RouteQueryRequest, _group_leader_pb2.RouteQueryResponse]  # type: ignore[assignment]
     """KIP-535 query routing: where to send an interactive query for a store partition."""
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_group_leader_pb2.FindCoordinatorRequest, _group_leader_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
+    """Which replica owns (or would take) a group, when several replicas share PostgreSQL
+    (Kafka's FindCoordinator). A single server answers with itself.
+    """
 
 class GroupLeaderServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -157,5 +165,15 @@ class GroupLeaderServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_group_leader_pb2.RouteQueryResponse, _abc.Awaitable[_group_leader_pb2.RouteQueryResponse]]:
         """KIP-535 query routing: where to send an interactive query for a store partition."""
+
+    @_abc_1.abstractmethod
+    def FindCoordinator(
+        self,
+        request: _group_leader_pb2.FindCoordinatorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_leader_pb2.FindCoordinatorResponse, _abc.Awaitable[_group_leader_pb2.FindCoordinatorResponse]]:
+        """Which replica owns (or would take) a group, when several replicas share PostgreSQL
+        (Kafka's FindCoordinator). A single server answers with itself.
+        """
 
 def add_GroupLeaderServicer_to_server(servicer: GroupLeaderServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,160 @@
+"""Several replicas of the leader over a real PostgreSQL (docs/high-availability.md): the store,
+its schema, group leases and their epochs, fencing, NOT_COORDINATOR and FindCoordinator,
+placement and takeover. Servers run in this process on 127.0.0.1 (port 0), with a fake clock
+for the groups' timers and real time for the leases."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import psycopg
+import pytest
+
+from remote_leader.v1 import errors_pb2 as epb
+from remote_leader.v1 import group_leader_pb2 as pb
+from server.model import NotCoordinator
+from server.store_postgres import SCHEMA_VERSION, StoreSchemaError, migrate, open_pool
+from tests.server.harness import Worker, rebalance, running_server, settle
+
+LEASE_MS = 1_000
+
+
+def replica(tmp_path, dsn: str, name: str, **settings):
+    return running_server(tmp_path / name, store=dsn, replica_id=name, lease_ms=LEASE_MS, **settings)
+
+
+def row(dsn: str, sql: str, *args):
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(sql, args).fetchone()
+
+
+async def stable_group(running, group_id: str = "app", members: int = 2) -> list[Worker]:
+    workers = [Worker(running.stub, group_id=group_id) for _ in range(members)]
+    await rebalance(running.clock, workers, advance_ms=3_000)
+    return workers
+
+
+async def test_schema_is_created_versioned_and_migrated_once(postgres_dsn):
+    pool = open_pool(postgres_dsn)
+    await pool.open(wait=True)
+    try:
+        assert await migrate(pool) == 0
+        assert await migrate(pool) == SCHEMA_VERSION  # a second replica finds it done
+        async with pool.connection() as conn:
+            await conn.execute("INSERT INTO remote_leader_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+        with pytest.raises(StoreSchemaError, match="newer than this server"):
+            await migrate(pool)
+    finally:
+        await pool.close()
+
+
+async def test_a_generation_is_durable_in_postgresql_before_members_get_it(tmp_path, postgres_dsn):
+    async with replica(tmp_path, postgres_dsn, "r1") as running:
+        workers = await stable_group(running)
+        generation = workers[0].generation
+        snapshot, epoch = row(postgres_dsn, "SELECT snapshot, epoch FROM groups WHERE group_id = 'app'")
+        document = json.loads(snapshot)
+        assert document["generation"] == generation
+        assert sorted(m["member_id"] for m in document["members"]) == sorted(w.member_id for w in workers)
+        assert epoch == 1
+        described = await running.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))
+        assert (described.group.owner.replica_id, described.group.owner.epoch) == ("r1", 1)
+        listed = await running.stub.ListGroups(pb.ListGroupsRequest())
+        assert [(g.group_id, g.owner.replica_id) for g in listed.groups] == [("app", "r1")]
+
+
+async def test_a_replica_that_does_not_own_a_group_redirects_to_its_owner(tmp_path, postgres_dsn):
+    async with replica(tmp_path, postgres_dsn, "r1") as first, replica(tmp_path, postgres_dsn, "r2") as second:
+        # Find where "app" goes, join there, then ask the other replica.
+        found = await first.stub.FindCoordinator(pb.FindCoordinatorRequest(group_id="app"))
+        again = await second.stub.FindCoordinator(pb.FindCoordinatorRequest(group_id="app"))
+        assert found.coordinator.replica_id == again.coordinator.replica_id  # same hashing, same answer
+        owner, other = (first, second) if found.coordinator.replica_id == "r1" else (second, first)
+        assert found.coordinator.address == f"127.0.0.1:{owner.server.port}"
+        await stable_group(owner)
+        stray = Worker(other.stub, group_id="app")
+        response = await stray.join()
+        assert response.error_code == epb.ERROR_CODE_NOT_COORDINATOR
+        assert (response.coordinator.address, response.coordinator.epoch) == (f"127.0.0.1:{owner.server.port}", 1)
+        described = await other.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))
+        assert described.error_code == epb.ERROR_CODE_NOT_COORDINATOR
+        assert described.coordinator.replica_id == found.coordinator.replica_id
+
+
+async def test_new_groups_spread_over_the_live_replicas(tmp_path, postgres_dsn):
+    async with replica(tmp_path, postgres_dsn, "r1") as first, replica(tmp_path, postgres_dsn, "r2") as second:
+        owners = []
+        for i in range(40):
+            found = await first.stub.FindCoordinator(pb.FindCoordinatorRequest(group_id=f"group-{i}"))
+            owners.append(found.coordinator.replica_id)
+        assert 10 <= owners.count("r1") <= 30 and owners.count("r1") + owners.count("r2") == 40
+        del second
+
+
+async def test_takeover_after_lease_expiry_keeps_stable_members_in_their_generation(tmp_path, postgres_dsn):
+    async with replica(tmp_path, postgres_dsn, "r1") as first:
+        workers = await stable_group(first)
+        generation, actives = workers[0].generation, {w.member_id: w.active() for w in workers}
+        # r1 stops renewing without handing its leases back (as if killed).
+        await first.server.ownership.stop(release=False)
+    async with replica(tmp_path, postgres_dsn, "r2") as second:
+        for _ in range(100):  # the lease expires, r2's renewal pass takes the group over
+            if "app" in second.server.coordinator.groups:
+                break
+            await asyncio.sleep(0.1)
+        assert second.server.ownership.leases["app"] == 2
+        assert second.server.metrics.takeovers._value.get() == 1
+        for w in workers:
+            w.stub = second.stub
+            beat = await w.heartbeat()
+            assert beat.error_code == epb.ERROR_CODE_NONE, beat
+            synced = await w.sync()  # the same generation, the same tasks
+            assert synced.error_code == epb.ERROR_CODE_NONE and w.generation == generation
+            assert w.active() == actives[w.member_id]
+
+
+async def test_a_paused_owner_is_fenced_after_a_takeover(tmp_path, postgres_dsn):
+    async with replica(tmp_path, postgres_dsn, "r1") as first:
+        workers = await stable_group(first)
+        ownership = first.server.ownership
+        # Pause r1's lease renewal (a SIGSTOP of the replica, seen from PostgreSQL).
+        ownership._task.cancel()
+        async with replica(tmp_path, postgres_dsn, "r2") as second:
+            for _ in range(100):
+                if "app" in second.server.coordinator.groups:
+                    break
+                await asyncio.sleep(0.1)
+            assert second.server.ownership.leases["app"] == 2
+            before = row(postgres_dsn, "SELECT snapshot, epoch FROM groups WHERE group_id = 'app'")
+            # r1 wakes up and writes with its old epoch: PostgreSQL refuses it, r1 lets the group go.
+            with pytest.raises(NotCoordinator):
+                await first.server.coordinator.store.request("app")
+            await ownership.lost("app")
+            assert row(postgres_dsn, "SELECT snapshot, epoch FROM groups WHERE group_id = 'app'") == before
+            assert first.server.metrics.fenced_writes._value.get() == 1
+            assert "app" not in first.server.coordinator.groups
+            # A member that still talks to r1 is sent to r2.
+            beat = await workers[0].heartbeat()
+            assert beat.error_code == epb.ERROR_CODE_NOT_COORDINATOR
+            assert beat.coordinator.replica_id == "r2"
+
+
+async def test_a_replica_that_cannot_renew_stops_answering_for_its_groups(tmp_path, postgres_dsn):
+    async with replica(tmp_path, postgres_dsn, "r1") as first:
+        workers = await stable_group(first)
+        ownership = first.server.ownership
+        ownership._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ownership._task
+        await asyncio.sleep(LEASE_MS * 0.9 / 1000)
+        beat = await workers[0].heartbeat()
+        assert beat.error_code == epb.ERROR_CODE_NOT_COORDINATOR
+        await ownership._give_up_all()
+        assert not first.server.coordinator.groups
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        health = await health_pb2_grpc.HealthStub(first.channel).Check(health_pb2.HealthCheckRequest())
+        assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        await settle()
