@@ -21,9 +21,9 @@ from typing import Any, Final
 import grpc
 from google.protobuf import message_factory
 
-from assignor import solve
+from assignor import STRATEGIES, solve
 from assignor.lag import UNKNOWN, Lag
-from assignor.model import AssignmentConfig, AssignmentResult, InvalidInput, Role, TaskId
+from assignor.model import AssignmentConfig, AssignmentResult, AssignorKind, InvalidInput, Role, TaskId
 from assignor.scenario import parse_problem
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
@@ -66,12 +66,12 @@ _MAX_ID = 255
 _CONTROL = re.compile(r"[\x00-\x1f]")
 #: Distinct topologies and configs kept parsed: every member of a group sends the same ones.
 _PARSED_CACHE = 64
+# Each registered assignor kind (assignor.STRATEGIES) is the wire's ASSIGNOR_KIND_<NAME>.
+_ASSIGNOR_KIND_TO_PB = {kind: apb.AssignorKind.Value(f"ASSIGNOR_KIND_{kind.name}") for kind in STRATEGIES}
 _ASSIGNOR_KINDS = {
-    apb.ASSIGNOR_KIND_UNSPECIFIED: "high_availability",
-    apb.ASSIGNOR_KIND_HIGH_AVAILABILITY: "high_availability",
-    apb.ASSIGNOR_KIND_STICKY: "sticky",
+    apb.ASSIGNOR_KIND_UNSPECIFIED: AssignorKind.HIGH_AVAILABILITY,
+    **{number: kind for kind, number in _ASSIGNOR_KIND_TO_PB.items()},
 }
-_ASSIGNOR_KIND_TO_PB = {"high_availability": apb.ASSIGNOR_KIND_HIGH_AVAILABILITY, "sticky": apb.ASSIGNOR_KIND_STICKY}
 _STRATEGIES = {
     apb.RACK_AWARE_STRATEGY_UNSPECIFIED: "none",
     apb.RACK_AWARE_STRATEGY_NONE: "none",
@@ -304,7 +304,7 @@ def task_to_proto(task: TaskId) -> apb.TaskId:
 
 def config_to_proto(config: AssignmentConfig) -> apb.AssignmentConfig:
     msg = apb.AssignmentConfig(
-        assignor=_ASSIGNOR_KIND_TO_PB[str(config.assignor)],
+        assignor=_ASSIGNOR_KIND_TO_PB[config.assignor],
         rack_aware_strategy=_STRATEGY_TO_PB[str(config.rack_aware_strategy)],
         rack_aware_assignment_tags=list(config.rack_aware_assignment_tags),
     )

@@ -34,10 +34,10 @@ from assignor.model import (
     AssignmentResult,
     ClientAssignment,
     ClientState,
-    ReasonCode,
     Role,
     TaskId,
 )
+from assignor.probing import Probe, ProbingSettings, early_probe, followup_probe
 from assignor.scenario import problem_to_document, result_to_document
 from server.effects import (
     AppendRebalanceLog,
@@ -122,6 +122,10 @@ class GroupSettings:
     initial_rebalance_delay_ms: int = 3_000
     min_probe_interval_ms: int = 60_000
     early_probe: bool = True
+
+    @property
+    def probing(self) -> ProbingSettings:
+        return ProbingSettings(self.early_probe, self.min_probe_interval_ms)
 
 
 @dataclass(slots=True)
@@ -572,11 +576,11 @@ class Group:
     # ---- probing rebalances ------------------------------------------------------------------
 
     def _schedule_followup(self, result: AssignmentResult, now_ms: int) -> list:
-        """KIP-441 "Probing Rebalances": one after an assignment that needs it, none once balanced."""
-        if not result.probing_rebalance_needed or self.config is None:
+        """The follow-up rebalance the probing policy asks for (``assignor.probing``), or none."""
+        probe = followup_probe(result, self.config, now_ms) if self.config is not None else None
+        if probe is None:
             return self._cancel_probe()
-        interval = result.followup_rebalance_ms or self.config.probing_rebalance_interval_ms
-        return self._schedule_probe(now_ms + interval, Trigger.PROBING_REBALANCE)
+        return self._schedule_probe(probe.at_ms, probe.trigger)
 
     def _schedule_probe(self, at_ms: int, reason: str) -> list:
         self.next_probe_ms, self.next_probe_reason = at_ms, str(reason)
@@ -591,37 +595,18 @@ class Group:
         self.next_probe_ms, self.next_probe_reason = None, ""
         return [CancelTimer(self._key(TimerKind.PROBE))]
 
-    def warming_replicas(self) -> list[tuple[str, TaskId]]:
-        """(process id, task) of every replica placed to catch up: the warm-ups, and standbys
-        doubling as warm-ups (the assignor's STANDBY_AS_WARMUP reasons)."""
-        if self.result is None:
-            return []
-        replicas = {(pid, task) for pid, a in self.result.clients.items() for task in a.warmup}
-        for reason in self.result.reasons:
-            if reason.code == ReasonCode.STANDBY_AS_WARMUP and reason.client is not None:
-                replicas.add((reason.client, reason.task))
-        return sorted(replicas)
-
     def _early_probe(self, now_ms: int) -> list:
-        """Beyond KIP-441: probe as soon as every warming replica is within
-        acceptable_recovery_lag, but never sooner than min_probe_interval_ms after the last
-        rebalance ("Rejected Alternatives": no rebalance storms, the leader decides)."""
-        if not self.settings.early_probe or self.result is None or self.config is None:
+        """The lag-driven early probe of the probing policy (``assignor.probing.early_probe``),
+        once the group is Stable, against the members' latest lags."""
+        if self.result is None or self.config is None or self.state is not GroupState.STABLE:
             return []
-        if not self.result.probing_rebalance_needed or self.state is not GroupState.STABLE:
-            return []
-        warming = self.warming_replicas()
-        if not warming:
-            return []
-        lags = {m.process_id: m.lags for m in self.members.values()}
-        for pid, task in warming:
-            lag = lags.get(pid, {}).get(task)
-            if lag is None or not lag.within(self.config.acceptable_recovery_lag):
-                return []
-        at = max(now_ms, self.last_rebalance_ms + self.settings.min_probe_interval_ms)
-        if self.next_probe_ms is not None and self.next_probe_ms <= at:
-            return []
-        return self._schedule_probe(at, Trigger.EARLY_PROBE)
+        scheduled = None
+        if self.next_probe_ms is not None:
+            scheduled = Probe(self.next_probe_ms, Trigger(self.next_probe_reason or Trigger.PROBING_REBALANCE))
+        probe = early_probe(self.result, {m.process_id: m.lags for m in self.members.values()},
+                            self.config.acceptable_recovery_lag, self.settings.probing, now_ms,
+                            self.last_rebalance_ms, scheduled)
+        return [] if probe is None else self._schedule_probe(probe.at_ms, probe.trigger)
 
     def probe_due(self, now_ms: int) -> Outcome:
         if self.next_probe_ms is None or now_ms < self.next_probe_ms:

@@ -16,6 +16,7 @@ from typing import Final
 
 from assignor.lag import RUNNING, UNKNOWN, Lag
 from assignor.model import AssignmentConfig, TaskId, TaskSpec, TopicPartition
+from assignor.probing import Trigger as Trigger
 
 #: The newest metadata version this server speaks (group_leader.proto, version history).
 LATEST_SUPPORTED_VERSION: Final = 2
@@ -47,19 +48,6 @@ class AssignorError(enum.IntEnum):
     VERSION_PROBING = 2
     ASSIGNMENT_ERROR = 3
     SHUTDOWN_REQUESTED = 4
-
-
-class Trigger(enum.StrEnum):
-    """Why a rebalance began: the rebalance log's ``trigger`` (docs/interfaces.md)."""
-
-    MEMBER_JOINED = "member_joined"
-    MEMBER_LEFT = "member_left"
-    SESSION_EXPIRED = "session_expired"
-    PROBING_REBALANCE = "probing_rebalance"
-    EARLY_PROBE = "early_probe"
-    TOPOLOGY_CHANGED = "topology_changed"
-    CONFIG_CHANGED = "config_changed"
-    MEMBER_REJOINED = "member_rejoined"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,16 +26,9 @@ from assignor.lag import Lag
 from assignor.model import (
     AssignmentConfig,
     AssignmentProblem,
-    AssignmentResult,
-    ClientAssignment,
-    RackAwareReport,
-    RackAwareStrategy,
-    Reason,
-    ReasonCode,
-    Role,
     TaskId,
 )
-from assignor.scenario import problem_to_document, result_to_document
+from assignor.scenario import parse_result, problem_to_document, result_to_document
 from server.group import Group, GroupSettings, GroupState, Member
 from server.model import AssignorError, HostInfo, LagReport, SourceTopic, StateStore, Subtopology, Topology
 
@@ -85,34 +78,6 @@ def topology_from_json(raw: list[dict[str, Any]]) -> Topology:
             )
             for sub in raw
         )
-    )
-
-
-def _result_from_json(raw: dict[str, Any]) -> AssignmentResult:
-    clients = {
-        cid: ClientAssignment(
-            tuple(TaskId.parse(t) for t in a["active"]),
-            tuple(TaskId.parse(t) for t in a["standby"]),
-            tuple(TaskId.parse(t) for t in a["warmup"]),
-        )
-        for cid, a in raw["clients"].items()
-    }
-    rack = raw.get("rack_awareness") or {}
-    return AssignmentResult(
-        clients=MappingProxyType(clients),
-        probing_rebalance_needed=raw["probing_rebalance_needed"],
-        followup_rebalance_ms=raw["followup_rebalance_ms"],
-        reasons=tuple(
-            Reason(TaskId.parse(r["task"]), r["client"], Role(r["role"]), ReasonCode(r["code"]), r["detail"])
-            for r in raw.get("reasons", [])
-        ),
-        rack_awareness=RackAwareReport(
-            strategy=RackAwareStrategy(rack.get("strategy", "none")),
-            enabled=rack.get("enabled", False),
-            disabled_reason=rack.get("disabled_reason", ""),
-            cross_rack_before=rack.get("cross_rack_before", 0),
-            cross_rack_after=rack.get("cross_rack_after", 0),
-        ),
     )
 
 
@@ -189,7 +154,7 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
         topology=topology_from_json(document["topology"]) if document["topology"] is not None else None,
         config=_config_from_json(document["config"]) if document["config"] is not None else None,
         end_offsets=_parse_task_map(document["end_offsets"]),
-        result=_result_from_json(document["result"]) if document["result"] else None,
+        result=parse_result(document["result"], "result") if document["result"] else None,
         assignment_error=AssignorError(document["assignment_error"]),
         last_rebalance_ms=document["last_rebalance_ms"],
         last_trigger=document["last_trigger"],

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import assign
+from assignor.convergence import caught_up_clients
 from assignor.model import (
     LATEST,
     MAX_ACCEPTABLE_RECOVERY_LAG,
@@ -24,7 +25,6 @@ from assignor.model import (
     TaskId,
     TaskSpec,
 )
-from tests.assignor.convergence import caught_up_clients
 from tests.assignor.invariants import broken_rules, caught_up
 from tests.assignor.strategies import configs, groups
 
