@@ -106,6 +106,18 @@ class ClientState:
     prev_standby: frozenset[TaskId] = frozenset()
     lags: Mapping[TaskId, Lag] = field(default_factory=lambda: MappingProxyType({}))
 
+    @classmethod
+    def from_report(cls, client_id: str, lags: Mapping[TaskId, Lag], *, threads: int = 1, rack: str | None = None,
+                    tags: Mapping[str, str] = MappingProxyType({})) -> ClientState:
+        """A member as its lag report shows it. KIP-441 "Rebalance Metadata": task lags subsume
+        PrevTasks and StandbyTasks: a running task was its active, any other state a standby."""
+        return cls(
+            id=client_id, threads=threads, rack=rack, tags=tags,
+            prev_active=frozenset(task for task, lag in lags.items() if lag.running),
+            prev_standby=frozenset(task for task, lag in lags.items() if not lag.running),
+            lags=MappingProxyType(dict(lags)),
+        )
+
     def __post_init__(self) -> None:
         lags = self.lags
         if any(type(lag) is not Lag for lag in lags.values()):

@@ -43,7 +43,6 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
-from types import MappingProxyType
 from typing import Any
 
 from assignor import (
@@ -464,20 +463,18 @@ def _fresh_lag(spec: TaskSpec) -> int:
 
 
 def _client_state(world: _World, member: Member) -> ClientState:
-    """What a member reports on JoinGroup: its previous tasks and the lag of all state on disk."""
-    current = world.assignment.get(member.id, ClientAssignment())
+    """The member as the server sees it: the lag of all state on disk (a running active reports
+    "latest"), from which the server reads its previous tasks (``ClientState.from_report``);
+    the owners of stateless tasks, which report no lag, the server takes from its last
+    assignment (server.memory), which is the current one here."""
     running = world.running.get(member.id, set())
     lags = {}
     for task, lag in world.lags.get(member.id, {}).items():
         lags[task] = LATEST if task in running else world.clock.reported(lag)
-    return ClientState(
-        id=member.id,
-        threads=member.threads,
-        rack=member.rack,
-        prev_active=frozenset(current.active),
-        prev_standby=frozenset(current.standby) | frozenset(current.warmup),
-        lags=MappingProxyType(lags),
-    )
+    client = ClientState.from_report(member.id, lags, threads=member.threads, rack=member.rack)
+    current = world.assignment.get(member.id, ClientAssignment())
+    stateless = frozenset(task for task in current.active if not world.specs[task].stateful)
+    return replace(client, prev_active=client.prev_active | stateless) if stateless else client
 
 
 def _assign(world: _World, config: AssignmentConfig) -> AssignmentResult:

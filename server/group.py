@@ -473,16 +473,8 @@ class Group:
                 if pid != keep:
                     lags_by_pid[pid][task] = Lag.behind(0)
         clients = tuple(
-            ClientState(
-                id=m.process_id,
-                threads=m.num_threads,
-                rack=m.rack,
-                tags=m.client_tags,
-                prev_active=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if lag.running),
-                # KIP-441 "Rebalance Metadata": task lags subsume PrevTasks and StandbyTasks.
-                prev_standby=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if not lag.running),
-                lags=MappingProxyType(lags_by_pid[m.process_id]),
-            )
+            ClientState.from_report(m.process_id, lags_by_pid[m.process_id], threads=m.num_threads, rack=m.rack,
+                                    tags=m.client_tags)
             for m in members
         )
         clients = with_remembered_tasks(clients, tasks, self.result)
