@@ -215,6 +215,9 @@ class Group:
     next_probe_ms: int | None = None
     next_probe_reason: str = ""
     parked: int = 0  # members with a parked JoinGroup: the barrier check is O(1) per join
+    #: A ComputeAssignment of this generation is out (the assignor runs outside the group's
+    #: lock); ``assignment_computed`` brings its result back.
+    awaiting_assignment: bool = False
     #: Members of the completing generation that have not synced: the Stable check is O(1) per sync.
     unsynced: set[str] = field(default_factory=set)
 
@@ -408,6 +411,7 @@ class Group:
     def _prepare_rebalance(self, trigger: str, now_ms: int) -> list:
         was_empty = self.state is GroupState.EMPTY
         self._transition(GroupState.PREPARING_REBALANCE)
+        self.awaiting_assignment = False  # a result still out is stale now
         self.pending_trigger = trigger
         effects: list = [Event("group.rebalance.started", {"trigger": str(trigger)})]
         effects += self._cancel_probe()
@@ -451,6 +455,7 @@ class Group:
         if topology is None or not topology.metadata_complete:
             return effects + self._finish_without_assignor(AssignorError.INCOMPLETE_SOURCE_TOPIC_METADATA, now_ms)
         effects.append(ComputeAssignment(self.group_id, self.generation, self.build_problem()))
+        self.awaiting_assignment = True
         return effects
 
     def build_problem(self) -> AssignmentProblem:
@@ -493,6 +498,7 @@ class Group:
         """The runtime's answer to ``ComputeAssignment``: release the join barrier."""
         if generation != self.generation or self.state is not GroupState.COMPLETING_REBALANCE:
             return Outcome(effects=[Event("group.assignment.stale", {"generation": generation})])
+        self.awaiting_assignment = False
         effects: list = []
         if result is None:
             self.result = None
@@ -733,6 +739,26 @@ class Group:
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             effects += self._prepare_rebalance(trigger, now_ms)
         return effects + self._maybe_complete_join(now_ms)
+
+    # ---- restore -------------------------------------------------------------------------------
+
+    def restored(self, now_ms: int) -> Outcome:
+        """A group just loaded from its snapshot (server start, lease takeover): every member's
+        session starts afresh, the scheduled probe is re-armed, and a rebalance that was being
+        prepared waits for its members again from now (they have no parked calls here)."""
+        effects: list = []
+        for member in sorted(self.members.values(), key=lambda m: m.member_id):
+            member.session_deadline_ms = now_ms + member.session_timeout_ms
+            member.session_armed = True
+            effects.append(ScheduleTimer(self._key(TimerKind.SESSION, member.member_id), member.session_deadline_ms))
+        if self.next_probe_ms is not None:
+            effects.append(ScheduleTimer(self._key(TimerKind.PROBE), self.next_probe_ms))
+        if self.state is GroupState.PREPARING_REBALANCE:
+            longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+            self.join_deadline_ms = now_ms + longest
+            self.join_ready_ms = now_ms
+            effects.append(ScheduleTimer(self._key(TimerKind.JOIN), self.join_deadline_ms))
+        return Outcome(effects=effects)
 
     # ---- drain ---------------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -84,8 +83,9 @@ def topology_from_json(raw: list[dict[str, Any]]) -> Topology:
 def snapshot(group: Group) -> dict[str, Any]:
     """The group's durable state as a JSON-able document."""
     state = group.state
-    if state is GroupState.COMPLETING_REBALANCE and group.result is None and group.assignment_error is AssignorError.NONE:
-        # Mid-compute (never persisted by the runtime, which holds the group lock): be safe.
+    if group.awaiting_assignment:
+        # The assignor is still running (outside the group's lock): a restored group prepares
+        # the rebalance again rather than serve the previous generation's assignment.
         state = GroupState.PREPARING_REBALANCE
     config_doc = problem_to_document(AssignmentProblem((), (), group.config))["config"] if group.config else None
     return {
@@ -201,13 +201,13 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
 class Store(Protocol):
     """What the runtime needs of durable group state, whatever the engine: SQLite for one
     instance (``GroupStore``), PostgreSQL for several replicas (``server.store_postgres``).
-    ``request(group_id)`` resolves once a snapshot taken after the call is durable, so a reply
-    awaited after it never depends on state that a crash could lose."""
+    ``request(group_id, snapshot)`` resolves once that snapshot (or a later one of the group) is
+    durable, so a reply awaited after it never depends on state that a crash could lose."""
 
     async def open(self) -> None: ...
     async def load_all(self) -> list[dict[str, Any]]: ...
-    def start(self, snapshot: Callable[[str], Awaitable[str | None]]) -> None: ...
-    def request(self, group_id: str) -> asyncio.Future: ...
+    def start(self) -> None: ...
+    def request(self, group_id: str, snapshot: str) -> asyncio.Future: ...
     async def flush(self) -> None: ...
     async def close(self) -> None: ...
 
@@ -218,10 +218,9 @@ class GroupStore:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._db: aiosqlite.Connection | None = None
-        self._dirty: dict[str, list[asyncio.Future]] = {}
+        self._dirty: dict[str, tuple[str, list[asyncio.Future]]] = {}  # the latest snapshot and its waiters
         self._wake = asyncio.Event()
         self._writer: asyncio.Task | None = None
-        self._snapshot: Callable[[str], Awaitable[str | None]] | None = None
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,15 +239,15 @@ class GroupStore:
             rows = await cursor.fetchall()
         return [json.loads(row[0]) for row in rows]
 
-    def start(self, snapshot: Callable[[str], Awaitable[str | None]]) -> None:
-        """``snapshot(group_id)`` returns the group's serialised state, taken under its lock."""
-        self._snapshot = snapshot
+    def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="group-store-writer")
 
-    def request(self, group_id: str) -> asyncio.Future:
-        """A future that resolves once a snapshot taken after this call is durable."""
+    def request(self, group_id: str, snapshot: str) -> asyncio.Future:
+        """A future that resolves once ``snapshot`` (taken under the group's lock) or a later
+        snapshot of the group is durable: writes coalesce to the latest."""
         future = asyncio.get_running_loop().create_future()
-        self._dirty.setdefault(group_id, []).append(future)
+        _, waiters = self._dirty.get(group_id, ("", []))
+        self._dirty[group_id] = (snapshot, [*waiters, future])
         self._wake.set()
         return future
 
@@ -257,10 +256,10 @@ class GroupStore:
             await self._wake.wait()
             self._wake.clear()
             while self._dirty:
-                group_id, waiters = next(iter(self._dirty.items()))
+                group_id, (text, waiters) = next(iter(self._dirty.items()))
                 del self._dirty[group_id]
                 try:
-                    await self._write(group_id)
+                    await self._put(group_id, text)
                 except Exception as error:  # surface to every waiter, keep writing others
                     log.error("store.write.failed", group_id=group_id, error=repr(error))
                     for waiter in waiters:
@@ -270,14 +269,6 @@ class GroupStore:
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)
-
-    async def _write(self, group_id: str) -> None:
-        if self._snapshot is None:
-            raise RuntimeError("store not started")
-        text = await self._snapshot(group_id)
-        if text is None:
-            return
-        await self._put(group_id, text)
 
     async def _put(self, group_id: str, text: str) -> None:
         """Make one group's snapshot durable (the part a store of another engine replaces)."""
@@ -293,7 +284,7 @@ class GroupStore:
 
     async def flush(self) -> None:
         """Wait until every requested write is done."""
-        pending = [f for waiters in self._dirty.values() for f in waiters]
+        pending = [f for _, waiters in self._dirty.values() for f in waiters]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 
