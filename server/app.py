@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from remote_leader.v1 import group_leader_pb2
+from server.auth import Authenticator, Gate, JwtSettings, is_loopback
 from server.edge import GroupLeaderServicer, add_to_server
 from server.group import GroupSettings
 from server.limits import Limits
@@ -70,6 +71,16 @@ class Settings:
     rebalance_log_backups: int = 10
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    # docs/security.md: identity and authorization (all off by default)
+    tls_client_ca: Path | None = None
+    auth_token_file: Path | None = None
+    auth_jwt_key: Path | None = None
+    auth_jwt_algorithms: str = "RS256,ES256,EdDSA"
+    auth_jwt_audience: str = ""
+    auth_jwt_issuer: str = ""
+    acl_file: Path | None = None
+    metrics_host: str = ""
+    metrics_tls: bool = False
     log_level: str = "info"
     log_format: str = "json"
     event_loop: str = "auto"
@@ -99,6 +110,28 @@ class Settings:
     @property
     def replicated(self) -> bool:
         return self.store.startswith(("postgresql://", "postgres://"))
+
+    def gate(self, metrics: Metrics | None = None) -> Gate:
+        jwt = None
+        if self.auth_jwt_key:
+            jwt = JwtSettings(
+                Path(self.auth_jwt_key),
+                tuple(a.strip() for a in self.auth_jwt_algorithms.split(",") if a.strip()),
+                self.auth_jwt_audience or None,
+                self.auth_jwt_issuer or None,
+            )
+        authenticator = Authenticator(client_certificates=self.tls_client_ca is not None, token_file=self.auth_token_file, jwt=jwt)
+        return Gate(authenticator, self.acl_file, metrics)
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        """TLS from --tls-cert/--tls-key; with --tls-client-ca, client certificates signed by that
+        CA are required (mTLS)."""
+        if not (self.tls_cert and self.tls_key):
+            return None
+        ca = Path(self.tls_client_ca).read_bytes() if self.tls_client_ca else None
+        return grpc.ssl_server_credentials(
+            [(Path(self.tls_key).read_bytes(), Path(self.tls_cert).read_bytes())], root_certificates=ca, require_client_auth=ca is not None
+        )
 
     def group_settings(self) -> GroupSettings:
         return GroupSettings(
@@ -157,13 +190,14 @@ class LeaderServer:
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)
-        add_to_server(GroupLeaderServicer(self.coordinator, s.limits()), server, self.metrics.internal_errors_seen)
+        gate = s.gate(self.metrics)
+        add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
         )
-        if s.tls_cert and s.tls_key:
-            credentials = grpc.ssl_server_credentials([(Path(s.tls_key).read_bytes(), Path(s.tls_cert).read_bytes())])
+        credentials = s.server_credentials()
+        if credentials is not None:
             self.port = server.add_secure_port(s.listen, credentials)
         else:
             self.port = server.add_insecure_port(s.listen)
@@ -184,9 +218,16 @@ class LeaderServer:
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if s.metrics_port:
-            host = s.listen.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
-            self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry)
+            host = s.metrics_host or s.listen.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
+            tls = {"certfile": str(s.tls_cert), "keyfile": str(s.tls_key)} if s.metrics_tls else {}
+            self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry, **tls)
             self.metrics_port = self._metrics_http.server_port
+        if not gate.enabled and not is_loopback(s.listen):
+            log.warning("server.unauthenticated", listen=s.listen,
+                        detail="listening beyond loopback with no authentication: anyone who reaches the port may "
+                               "join, leave or describe any group (docs/security.md)")
+        elif gate.enabled and s.acl_file is None:
+            log.warning("server.no_acl_file", detail="authentication is on but no --acl-file: every call is denied")
         log.info("server.started", listen=s.listen, port=self.port, state_dir=str(s.state_dir), metrics_port=self.metrics_port)
 
     async def stop(self, grace_s: float | None = None) -> None:

@@ -36,6 +36,15 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--rebalance-log-backups", "rebalance_log_backups", "REMOTE_LEADER_REBALANCE_LOG_BACKUPS", int),
     ("--tls-cert", "tls_cert", "REMOTE_LEADER_TLS_CERT", Path),
     ("--tls-key", "tls_key", "REMOTE_LEADER_TLS_KEY", Path),
+    ("--tls-client-ca", "tls_client_ca", "REMOTE_LEADER_TLS_CLIENT_CA", Path),
+    ("--auth-token-file", "auth_token_file", "REMOTE_LEADER_AUTH_TOKEN_FILE", Path),
+    ("--auth-jwt-key", "auth_jwt_key", "REMOTE_LEADER_AUTH_JWT_KEY", Path),
+    ("--auth-jwt-algorithms", "auth_jwt_algorithms", "REMOTE_LEADER_AUTH_JWT_ALGORITHMS", str),
+    ("--auth-jwt-audience", "auth_jwt_audience", "REMOTE_LEADER_AUTH_JWT_AUDIENCE", str),
+    ("--auth-jwt-issuer", "auth_jwt_issuer", "REMOTE_LEADER_AUTH_JWT_ISSUER", str),
+    ("--acl-file", "acl_file", "REMOTE_LEADER_ACL_FILE", Path),
+    ("--metrics-host", "metrics_host", "REMOTE_LEADER_METRICS_HOST", str),
+    ("--metrics-tls", "metrics_tls", "REMOTE_LEADER_METRICS_TLS", lambda text: _boolean(text)),
     ("--log-level", "log_level", "REMOTE_LEADER_LOG_LEVEL", str),
     ("--log-format", "log_format", "REMOTE_LEADER_LOG_FORMAT", str),
     ("--event-loop", "event_loop", "REMOTE_LEADER_EVENT_LOOP", str),
@@ -59,6 +68,13 @@ class SettingsError(ValueError):
     pass
 
 
+def _boolean(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value not in _BOOL_TRUE | _BOOL_FALSE:
+        raise ValueError(value)
+    return value in _BOOL_TRUE
+
+
 def settings_from(args: argparse.Namespace, environ: dict[str, str]):
     """Flag, else environment, else the default; every bad value names its flag."""
     from server.app import Settings
@@ -74,7 +90,8 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]):
         try:
             values[name] = kind(raw)
         except (TypeError, ValueError):
-            raise SettingsError(f"{source}: expected {kind.__name__}, got {raw!r}") from None
+            expected = "true or false" if name == "metrics_tls" else kind.__name__
+            raise SettingsError(f"{source}: expected {expected}, got {raw!r}") from None
     early = args.early_probe
     if early is None and environ.get("REMOTE_LEADER_EARLY_PROBE", "") != "":
         text = environ["REMOTE_LEADER_EARLY_PROBE"].strip().lower()
@@ -103,6 +120,16 @@ def _check(s) -> None:
         raise SettingsError(f"--drain-timeout-s: must be >= 0, got {s.drain_timeout_s}")
     if bool(s.tls_cert) != bool(s.tls_key):
         raise SettingsError("--tls-cert/--tls-key: set both or neither")
+    if s.tls_client_ca and not s.tls_cert:
+        raise SettingsError("--tls-client-ca: needs --tls-cert and --tls-key (mTLS is TLS with client certificates)")
+    if s.metrics_tls and not s.tls_cert:
+        raise SettingsError("--metrics-tls: needs --tls-cert and --tls-key")
+    if s.acl_file and not (s.tls_client_ca or s.auth_token_file or s.auth_jwt_key):
+        raise SettingsError("--acl-file: needs a way to authenticate (--tls-client-ca, --auth-token-file or --auth-jwt-key)")
+    for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_token_file", "auth_jwt_key", "acl_file"):
+        path = getattr(s, name)
+        if path is not None and not Path(path).is_file():
+            raise SettingsError(f"--{name.replace('_', '-')}: no such file {str(path)!r}")
     if s.log_format not in ("json", "console"):
         raise SettingsError(f"--log-format: expected json or console, got {s.log_format!r}")
     if s.event_loop not in _EVENT_LOOPS:
@@ -155,7 +182,7 @@ async def _run_server(settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
-    except OSError as error:
+    except (OSError, ValueError) as error:  # a port taken, an unreadable or malformed auth file
         print(f"remote-leader serve: {error}", file=sys.stderr)
         await server.stop(0)
         return 1
