@@ -241,6 +241,7 @@ class Store(Protocol):
     async def load_all(self) -> list[dict[str, Any]]: ...
     def start(self, snapshot: Callable[[str], Awaitable[str | None]]) -> None: ...
     def request(self, group_id: str) -> asyncio.Future: ...
+    def forget(self, group_id: str) -> asyncio.Future: ...
     async def flush(self) -> None: ...
     async def close(self) -> None: ...
 
@@ -255,6 +256,7 @@ class GroupStore:
         self._wake = asyncio.Event()
         self._writer: asyncio.Task | None = None
         self._snapshot: Callable[[str], Awaitable[str | None]] | None = None
+        self._forgotten: set[str] = set()
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -285,6 +287,12 @@ class GroupStore:
         self._wake.set()
         return future
 
+    def forget(self, group_id: str) -> asyncio.Future:
+        """A future that resolves once the group's row is deleted (an expired group), unless
+        the group exists again when the writer reaches it: then its new state is written."""
+        self._forgotten.add(group_id)
+        return self.request(group_id)
+
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
@@ -308,9 +316,19 @@ class GroupStore:
         if self._snapshot is None:
             raise RuntimeError("store not started")
         text = await self._snapshot(group_id)
+        forgotten = group_id in self._forgotten
+        self._forgotten.discard(group_id)
         if text is None:
+            if forgotten:
+                await self._delete(group_id)
             return
         await self._put(group_id, text)
+
+    async def _delete(self, group_id: str) -> None:
+        if self._db is None:
+            raise RuntimeError("store not open")
+        await self._db.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
+        await self._db.commit()
 
     async def _put(self, group_id: str, text: str) -> None:
         """Make one group's snapshot durable (the part a store of another engine replaces)."""
