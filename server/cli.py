@@ -107,6 +107,7 @@ _HELP: dict[str, str] = {
     "--max-tasks-per-assign": "tasks of one Assign problem (and of each client's lags and previous tasks)",
     "--max-clients-per-assign": "clients of one Assign problem",
     "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
+    "--empty-group-retention-ms": "remove a group that has had no members this long, ms; 0 keeps them",
 }
 _METAVARS = {"--log-level": "{" + ",".join(_LOG_LEVELS) + "}", "--log-format": "{json,console}",
              "--event-loop": "{" + ",".join(_EVENT_LOOPS) + "}"}
