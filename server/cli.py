@@ -48,6 +48,8 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--log-level", "log_level", "REMOTE_LEADER_LOG_LEVEL", str),
     ("--log-format", "log_format", "REMOTE_LEADER_LOG_FORMAT", str),
     ("--event-loop", "event_loop", "REMOTE_LEADER_EVENT_LOOP", str),
+    ("--assignor-processes", "assignor_processes", "REMOTE_LEADER_ASSIGNOR_PROCESSES", int),
+    ("--assignor-process-min-tasks", "assignor_process_min_tasks", "REMOTE_LEADER_ASSIGNOR_PROCESS_MIN_TASKS", int),
     *(
         (f"--{name.replace('_', '-')}", name, f"REMOTE_LEADER_{name.upper()}", int)
         for name in (
@@ -107,7 +109,8 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]):
 
 def _check(s) -> None:
     for name in ("metrics_port", "min_session_timeout_ms", "max_session_timeout_ms", "initial_rebalance_delay_ms",
-                 "min_probe_interval_ms", "max_pending_requests", "rebalance_log_max_bytes", "rebalance_log_backups"):
+                 "min_probe_interval_ms", "max_pending_requests", "rebalance_log_max_bytes", "rebalance_log_backups",
+                 "assignor_processes", "assignor_process_min_tasks"):
         if getattr(s, name) < 0:
             raise SettingsError(f"--{name.replace('_', '-')}: must be >= 0, got {getattr(s, name)}")
     if s.min_session_timeout_ms > s.max_session_timeout_ms:

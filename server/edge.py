@@ -22,7 +22,6 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
-from assignor import solve
 from assignor.model import LATEST, UNKNOWN, AssignmentConfig, AssignmentResult, InvalidInput, Role, TaskId
 from assignor.scenario import parse_problem
 from remote_leader.v1 import assignment_pb2 as apb
@@ -699,7 +698,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
         try:
-            result = await asyncio.to_thread(solve, problem)
+            result = await self._coordinator.assign(problem)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"problem.{error.field}: {error.message}")
         return pb.AssignResponse(result=result_to_proto(result))

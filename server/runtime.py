@@ -25,6 +25,7 @@ import structlog
 
 import assignor
 from assignor.model import AssignmentProblem, AssignmentResult
+from server.assignor_runner import AssignorRunner
 from server.effects import (
     AppendRebalanceLog,
     CancelTimer,
@@ -122,6 +123,7 @@ class Coordinator:
         rebalance_log: RebalanceLog | None = None,
         metrics: Metrics | None = None,
         assign: Callable[[AssignmentProblem], AssignmentResult] = assignor.solve,
+        runner: AssignorRunner | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -130,7 +132,7 @@ class Coordinator:
         self.rebalance_log = rebalance_log
         self.metrics = metrics or Metrics()
         self.telemetry = Telemetry(self.metrics)
-        self._assign = assign
+        self.assign = runner or AssignorRunner(assign, processes=0)
         self.groups: dict[str, Group] = {}
         self._group_locks = _KeyedLocks()
         self._member_locks = _KeyedLocks()
@@ -226,6 +228,7 @@ class Coordinator:
 
     async def close(self) -> None:
         self.timers.cancel_all()
+        self.assign.close()
         if self.store is not None:
             await self.store.close()
         if self.rebalance_log is not None:
@@ -351,7 +354,7 @@ class Coordinator:
         result: AssignmentResult | None = None
         error = ""
         try:
-            result = await asyncio.to_thread(self._assign, effect.problem)
+            result = await self.assign(effect.problem)
         except Exception as exc:  # the assignor's failure is the group's ASSIGNMENT_ERROR
             error = f"{type(exc).__name__}: {exc}"
             log.error("group.assignor.failed", group_id=group.group_id, generation=effect.generation, error=error)
