@@ -147,6 +147,10 @@ class Settings:
         )
 
 
+class ListenError(OSError):
+    """A port the server cannot listen on; the message names the address and its flag."""
+
+
 class LeaderServer:
     """One remote-leader server: ``await start()``, ``port``, ``await stop()``."""
 
@@ -161,6 +165,7 @@ class LeaderServer:
         self._metrics_http = None
         self.coordinator: Coordinator | None = None
         self.ownership: Ownership | None = None
+        self._started = False
 
     async def _serving(self, serving: bool) -> None:
         """A replica that cannot renew its leases reports NOT_SERVING until it can again."""
@@ -174,7 +179,41 @@ class LeaderServer:
         return AsyncioTimers(self.clock, lambda key, error: log.error("timer.failed", key=key, error=repr(error)))
 
     async def start(self) -> None:
+        """Bind the ports first, so that a busy address fails at once with nothing opened; on
+        any failure, close whatever did start (no thread left to keep the process alive)."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop(0)
+            raise
+
+    def _bind(self, server: grpc.aio.Server) -> None:
         s = self.settings
+        credentials = s.server_credentials()
+        try:
+            if credentials is not None:
+                self.port = server.add_secure_port(s.listen, credentials)
+            else:
+                self.port = server.add_insecure_port(s.listen)
+        except RuntimeError:  # grpc's "Failed to bind to address ...": a busy or foreign address
+            self.port = 0
+        if self.port == 0:
+            raise ListenError(f"cannot listen on {s.listen} (--listen): the address is in use or not on this host")
+
+    async def _start(self) -> None:
+        s = self.settings
+        # A JoinGroup barrier parks one call per member: grpc's default max_pending_requests
+        # (1,000 soft, 3,000 hard) would cancel the rest (docs/interfaces.md).
+        options = [
+            ("grpc.server.max_pending_requests", s.max_pending_requests),
+            ("grpc.server.max_pending_requests_hard_limit", s.max_pending_requests),
+            ("grpc.max_receive_message_length", s.max_message_bytes),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.so_reuseport", 0),
+        ]
+        server = grpc.aio.server(options=options)
+        self._bind(server)
+        self._server = server
         store: Store
         if s.replicated:
             self.ownership, store = await open_replicated(s.store, s.replica_id or default_replica_id(), s.lease_ms, self.metrics)
@@ -186,33 +225,15 @@ class LeaderServer:
         self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics,
                                        runner=runner)
         self.coordinator.ownership = self.ownership
-        # A JoinGroup barrier parks one call per member: grpc's default max_pending_requests
-        # (1,000 soft, 3,000 hard) would cancel the rest (docs/interfaces.md).
-        options = [
-            ("grpc.server.max_pending_requests", s.max_pending_requests),
-            ("grpc.server.max_pending_requests_hard_limit", s.max_pending_requests),
-            ("grpc.max_receive_message_length", s.max_message_bytes),
-            ("grpc.max_send_message_length", 64 * 1024 * 1024),
-            ("grpc.so_reuseport", 0),
-        ]
-        server = grpc.aio.server(options=options)
         gate = s.gate(self.metrics)
         add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
         )
-        credentials = s.server_credentials()
-        if credentials is not None:
-            self.port = server.add_secure_port(s.listen, credentials)
-        else:
-            self.port = server.add_insecure_port(s.listen)
-        if self.port == 0:
-            raise OSError(f"cannot listen on {s.listen}")
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
-        self._server = server
         await self.coordinator.start()
         # Alone, FindCoordinator answers "me, at the address you used" unless told otherwise.
         self.coordinator.replica = ReplicaInfo(s.replica_id, s.advertise_address)
@@ -226,7 +247,10 @@ class LeaderServer:
         if s.metrics_port:
             host = s.metrics_host or s.listen.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
             tls = {"certfile": str(s.tls_cert), "keyfile": str(s.tls_key)} if s.metrics_tls else {}
-            self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry, **tls)
+            try:
+                self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry, **tls)
+            except OSError as error:
+                raise ListenError(f"cannot listen on {host}:{s.metrics_port} (--metrics-port): {error.strerror or error}") from None
             self.metrics_port = self._metrics_http.server_port
         if not gate.enabled and not is_loopback(s.listen):
             log.warning("server.unauthenticated", listen=s.listen,
@@ -234,6 +258,7 @@ class LeaderServer:
                                "join, leave or describe any group (docs/security.md)")
         elif gate.enabled and s.acl_file is None:
             log.warning("server.no_acl_file", detail="authentication is on but no --acl-file: every call is denied")
+        self._started = True
         log.info("server.started", listen=s.listen, port=self.port, state_dir=str(s.state_dir), metrics_port=self.metrics_port)
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -256,4 +281,6 @@ class LeaderServer:
                 self._metrics_http.shutdown()
                 self._metrics_http.server_close()
             self._metrics_http = None
-        log.info("server.stopped")
+        if self._started:
+            log.info("server.stopped")
+        self._started = False

@@ -64,6 +64,53 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--lease-ms", "lease_ms", "REMOTE_LEADER_LEASE_MS", int),
 ]
 _EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+#: What each flag means (docs/interfaces.md, "Server settings"); ``serve --help`` adds the
+#: environment variable and the default.
+_HELP: dict[str, str] = {
+    "--listen": "gRPC address HOST:PORT (0.0.0.0:PORT in containers; port 0 picks a free one)",
+    "--state-dir": "directory of the SQLite group state (state.db) and the rebalance log (rebalance-log/)",
+    "--metrics-port": "HTTP port of Prometheus /metrics and the live page, on the --listen host; 0 disables",
+    "--min-session-timeout-ms": "smallest session timeout a member may ask for, ms",
+    "--max-session-timeout-ms": "largest session timeout a member may ask for, ms",
+    "--initial-rebalance-delay-ms": "when a group is first formed, wait this long for more members, ms",
+    "--min-probe-interval-ms": "an early probe (every warm-up caught up) comes no sooner than this after the last rebalance, ms",
+    "--drain-timeout-s": "graceful shutdown: how long in-flight calls may finish, seconds",
+    "--max-pending-requests": "grpc max_pending_requests (and its hard limit): parked JoinGroup calls of all groups",
+    "--rebalance-log-max-bytes": "rotate the rebalance log at this size, bytes",
+    "--rebalance-log-backups": "rotated rebalance-log files kept",
+    "--tls-cert": "PEM certificate file; with --tls-key, serve gRPC over TLS",
+    "--tls-key": "PEM private key file; with --tls-cert, serve gRPC over TLS",
+    "--log-level": f"log level: {', '.join(_LOG_LEVELS)}",
+    "--log-format": "log lines as json (one object per line) or console (for people)",
+    "--event-loop": "auto (uvloop when installed), uvloop or asyncio",
+    "--store": "group state store: sqlite (one server) or a postgresql:// DSN (several replicas)",
+    "--replica-id": "with PostgreSQL: this replica's id (default: host name and a random suffix)",
+    "--advertise-address": "with PostgreSQL: HOST:PORT clients reach this replica at (default: from --listen)",
+    "--lease-ms": "with PostgreSQL: how long a replica's lease on a group lasts, ms",
+    "--tls-client-ca": "PEM CA: require client certificates it signed (mTLS; docs/security.md)",
+    "--auth-token-file": "YAML tokens: {TOKEN: PRINCIPAL} for bearer tokens, re-read on change",
+    "--auth-jwt-key": "key file that verifies bearer JWTs (principal = sub)",
+    "--auth-jwt-algorithms": "JWT algorithms accepted, comma-separated",
+    "--auth-jwt-audience": "required JWT aud",
+    "--auth-jwt-issuer": "required JWT iss",
+    "--acl-file": "YAML grants per principal and group pattern; deny by default once authentication is on",
+    "--metrics-host": "bind address of the HTTP port (/metrics); default: the host of --listen",
+    "--metrics-tls": "serve the HTTP port over HTTPS with --tls-cert/--tls-key: true or false",
+    "--max-message-bytes": "largest request grpc accepts, bytes (RESOURCE_EXHAUSTED beyond)",
+    "--max-partitions-per-topic": "largest partition_count of a source topic",
+    "--max-partitions-per-group": "partitions of all of a topology's source topics",
+    "--max-subtopologies": "subtopologies in a topology",
+    "--max-tasks-per-group": "tasks a topology forms (and entries of a lag report)",
+    "--max-members-per-group": "members of one group; a newcomer beyond it gets RESOURCE_EXHAUSTED",
+    "--max-groups": "groups on this server; a new group beyond it gets RESOURCE_EXHAUSTED",
+    "--max-tasks-per-assign": "tasks of one Assign problem (and of each client's lags and previous tasks)",
+    "--max-clients-per-assign": "clients of one Assign problem",
+    "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
+}
+_METAVARS = {"--log-level": "{" + ",".join(_LOG_LEVELS) + "}", "--log-format": "{json,console}",
+             "--event-loop": "{" + ",".join(_EVENT_LOOPS) + "}"}
 
 
 class SettingsError(ValueError):
@@ -185,9 +232,8 @@ async def _run_server(settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
-    except (OSError, ValueError) as error:  # a port taken, an unreadable or malformed auth file
+    except (OSError, ValueError) as error:  # a port taken, an unreadable or malformed auth file; start() closed what it opened
         print(f"remote-leader serve: {error}", file=sys.stderr)
-        await server.stop(0)
         return 1
     tune_garbage_collector()
     await stop.wait()
@@ -233,7 +279,10 @@ def _print_message(message: Any) -> None:
     print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True), indent=2, sort_keys=True))
 
 
-def _client_call(method: str, build) -> Any:
+def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | None = None) -> Any:
+    """``empty``: when its test holds for the answer, a line for people instead of JSON
+    (``groups`` on a new server)."""
+
     def run(args: argparse.Namespace) -> int:
         import grpc
 
@@ -242,7 +291,14 @@ def _client_call(method: str, build) -> Any:
         except grpc.aio.AioRpcError as error:
             print(f"remote-leader: {args.server}: {error.code().name}: {error.details()}", file=sys.stderr)
             return 1
-        _print_message(response)
+        try:
+            if empty is not None and empty[0](response):
+                print(empty[1].format(server=args.server))
+            else:
+                _print_message(response)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `describe G | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1 if getattr(response, "error_code", 0) else 0
 
     return run
@@ -264,19 +320,27 @@ def register(subparsers: Any) -> None:
     from server.app import Settings
 
     defaults = {f.name: f.default for f in fields(Settings)}
-    serve = subparsers.add_parser("serve", help="run the remote group leader (gRPC)")
+    serve = subparsers.add_parser("serve", help="run the remote group leader (gRPC)",
+                                  description="Run the remote group leader. Every flag falls back to the "
+                                              "environment variable named beside it (docs/interfaces.md).")
     for flag, name, env, _kind in _SETTINGS:
-        serve.add_argument(flag, dest=name, default=None, help=f"env {env}; default {defaults[name]}")
+        default = defaults[name] if defaults[name] not in (None, "") else "unset"
+        serve.add_argument(flag, dest=name, default=None, metavar=_METAVARS.get(flag),
+                           help=f"{_HELP.get(flag, '')} (env {env}; default {default})".strip())
     serve.add_argument("--early-probe", dest="early_probe", action="store_true", default=None,
-                       help="env REMOTE_LEADER_EARLY_PROBE; default true")
-    serve.add_argument("--no-early-probe", dest="early_probe", action="store_false")
+                       help="probe as soon as every warm-up is caught up (env REMOTE_LEADER_EARLY_PROBE; default true)")
+    serve.add_argument("--no-early-probe", dest="early_probe", action="store_false",
+                       help="probe only at the probing rebalance interval")
     serve.set_defaults(func=_serve)
 
     describe = subparsers.add_parser("describe", help="describe one group of a running server (JSON)")
-    describe.add_argument("group")
-    describe.add_argument("--server", default="127.0.0.1:50051", help="server address, or several replicas a:p,b:p (default 127.0.0.1:50051)")
+    describe.add_argument("group", help="group id")
+    describe.add_argument("--server", default="127.0.0.1:50051",
+                          help="server address HOST:PORT, or several replicas a:p,b:p (default 127.0.0.1:50051)")
     describe.set_defaults(func=_client_call("DescribeGroup", _describe_request))
 
     groups = subparsers.add_parser("groups", help="list the groups of a running server (JSON)")
-    groups.add_argument("--server", default="127.0.0.1:50051", help="server address, or several replicas a:p,b:p (default 127.0.0.1:50051)")
-    groups.set_defaults(func=_client_call("ListGroups", _groups_request))
+    groups.add_argument("--server", default="127.0.0.1:50051",
+                        help="server address HOST:PORT, or several replicas a:p,b:p (default 127.0.0.1:50051)")
+    groups.set_defaults(func=_client_call("ListGroups", _groups_request,
+                                          empty=(lambda r: not r.groups, "no groups on {server}")))

@@ -727,8 +727,10 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
                 entry.host.CopyFrom(pb.HostInfo(host=host.endpoint.host, port=host.endpoint.port))
         return msg
 
-
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext) -> pb.FindCoordinatorResponse:
+        # Authenticated callers only; no group ACL: the answer is a replica's address, no group
+        # data, and a member must find its group's owner to use the rights it has there.
+        await self.gate.principal(context, "FindCoordinator")
         group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
         replica = await self._coordinator.find_coordinator(group_id)
         return pb.FindCoordinatorResponse(coordinator=coordinator_to_proto(replica))
