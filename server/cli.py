@@ -85,6 +85,8 @@ _HELP: dict[str, str] = {
     "--log-level": f"log level: {', '.join(_LOG_LEVELS)}",
     "--log-format": "log lines as json (one object per line) or console (for people)",
     "--event-loop": "auto (uvloop when installed), uvloop or asyncio",
+    "--assignor-processes": "worker processes for large assignments, so that they never stall other groups; 0 runs them in a thread",
+    "--assignor-process-min-tasks": "problems with at least this many tasks go to a worker process; smaller ones run in a thread",
     "--store": "group state store: sqlite (one server) or a postgresql:// DSN (several replicas)",
     "--replica-id": "with PostgreSQL: this replica's id (default: host name and a random suffix)",
     "--advertise-address": "with PostgreSQL: HOST:PORT clients reach this replica at (default: from --listen)",
