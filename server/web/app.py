@@ -41,6 +41,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from assignor.lag import Lag, LagKind
 from server.auth import ANONYMOUS, AuthError, Gate, Operation, Principal
 from server.web.history import PageHistory
 
@@ -49,7 +50,6 @@ log = structlog.get_logger(__name__)
 REFRESH_S = 2
 SAMPLE_S = 1.0
 PAGE_MODES = ("loopback", "on", "off")
-_LATEST, _UNKNOWN = -1, -2
 
 _templates = jinja2.Environment(
     loader=jinja2.PackageLoader("server.web", "templates"),
@@ -64,18 +64,15 @@ def _plotly_js() -> bytes:
 
 
 def lag_text(lag: Any) -> str:
-    if isinstance(lag, int):
-        if lag == _LATEST:
-            return "running"
-        if lag == _UNKNOWN:
-            return "unknown"
-        return f"{lag:,}"
+    """A ``Lag`` (assignor/lag.py) for people: offsets with separators, else its kind."""
+    if isinstance(lag, Lag):
+        return f"{lag.offsets:,}" if lag.kind is LagKind.OFFSETS else ("running" if lag.kind is LagKind.RUNNING else lag.kind.value)
     return str(lag)
 
 
 def lag_value(lag: Any) -> int:
-    """Offsets, or a negative sentinel (running, unknown) that is never plotted."""
-    return lag if isinstance(lag, int) else getattr(lag, "offsets", _UNKNOWN)
+    """Offsets behind, or -1 for a lag that is not a number of offsets (never plotted)."""
+    return lag.offsets if isinstance(lag, Lag) and lag.kind is LagKind.OFFSETS else -1
 
 
 def _ago(now_ms: int, then_ms: int) -> str:
@@ -163,7 +160,7 @@ class LivePage:
             view = coordinator.describe(overview.group_id)
             if view is None:
                 continue
-            warmups = [(str(task), _member_name(m), lag_value(m.lags.get(task, _UNKNOWN)))
+            warmups = [(str(task), _member_name(m), lag_value(m.lags.get(task)))
                        for m in view.members for task in m.warmup]
             self.history.sample(view.group_id, now, warmups)
         self.history.forget(o.group_id for o in coordinator.list_groups())
