@@ -292,17 +292,21 @@ class GroupStore:
             while self._dirty:
                 group_id, waiters = next(iter(self._dirty.items()))
                 del self._dirty[group_id]
-                try:
-                    await self._write(group_id)
-                except Exception as error:  # surface to every waiter, keep writing others
-                    log.error("store.write.failed", group_id=group_id, error=repr(error))
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(error)
-                    continue
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                await self._write_for(group_id, waiters)
+
+    async def _write_for(self, group_id: str, waiters: list[asyncio.Future]) -> None:
+        """One write, its outcome handed to every waiter (an error too: the others go on)."""
+        try:
+            await self._write(group_id)
+        except Exception as error:
+            log.error("store.write.failed", group_id=group_id, error=repr(error))
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(error)
+            return
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _write(self, group_id: str) -> None:
         if self._snapshot is None:
