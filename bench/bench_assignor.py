@@ -72,9 +72,9 @@ def timing_table(rows) -> None:
 
 def join_settled_group(old_clients: int, task_count: int) -> dict:
     """One fresh instance joins a settled group; count probing rebalances and relocations."""
+    from assignor.convergence import settle
     from assignor.model import AssignmentConfig, ClientState
     from bench.workloads import tasks_of
-    from tests.assignor.convergence import settle
 
     specs = tasks_of(task_count, subtopologies=10, stateful_share=0.8)
     config = AssignmentConfig(num_standby_replicas=1, max_warmup_replicas=2)
@@ -108,7 +108,7 @@ def join_table() -> None:
 
 
 def random_scaling_rounds(scenarios: int) -> None:
-    from tests.assignor.convergence import settle, settle_bound
+    from assignor.convergence import settle, settle_bound
     from tests.assignor.test_convergence import _random_group, _scaling_event
 
     rounds = []

@@ -57,6 +57,13 @@ WRITERS = 6
 #: The advisory lock key that serialises migrations between replicas ("rl-schema" in ASCII).
 _MIGRATION_LOCK = 0x726C2D736368656D
 
+_FENCED_DELETE = """
+DELETE FROM groups
+WHERE group_id = %(group_id)s AND EXISTS (
+    SELECT 1 FROM group_leases WHERE group_id = %(group_id)s AND owner = %(owner)s AND epoch = %(epoch)s
+)
+"""
+
 _FENCED_WRITE = """
 WITH lease AS (
     SELECT epoch FROM group_leases
@@ -146,9 +153,9 @@ class PostgresStore(GroupStore):
             self._wake.clear()
             for group_id in [g for g in self._dirty if g not in in_flight]:
                 await slots.acquire()
-                waiters = self._dirty.pop(group_id, [])
+                text, waiters = self._dirty.pop(group_id)  # only this loop takes entries out
                 in_flight.add(group_id)
-                task = asyncio.get_running_loop().create_task(self._write_for(group_id, waiters))
+                task = asyncio.get_running_loop().create_task(self._write_for(group_id, text, waiters))
                 self._tasks.add(task)
                 task.add_done_callback(lambda t, g=group_id: finished(g, t))
 
@@ -170,6 +177,15 @@ class PostgresStore(GroupStore):
         if written is None:
             log.warning("store.write.fenced", group_id=group_id, epoch=epoch)
             raise FencedWrite(None, f"group {group_id!r}: lease epoch {epoch} was taken over")
+
+    async def _delete(self, group_id: str) -> None:
+        """An expired group's row goes only while this replica still holds its lease."""
+        lease = self._lease(group_id)
+        if lease is None:
+            raise NotCoordinator(None, f"this replica does not own group {group_id!r}")
+        owner, epoch = lease
+        async with self._pool.connection() as conn:
+            await conn.execute(_FENCED_DELETE, {"group_id": group_id, "owner": owner, "epoch": epoch})
 
     async def close(self) -> None:
         await self.flush()
