@@ -193,5 +193,5 @@ async def test_writes_of_many_groups_overlap_but_each_group_ends_with_its_latest
             await asyncio.sleep(0.001)
         await asyncio.gather(*requested)
         for group_id in owned:
-            (snapshot,) = row(postgres_dsn, "SELECT snapshot FROM groups WHERE group_id = %s", group_id)
-            assert json.loads(snapshot)["last_trigger"] == "step-29"
+            (written,) = row(postgres_dsn, "SELECT snapshot FROM groups WHERE group_id = %s", group_id)
+            assert json.loads(written)["last_trigger"] == "step-29"
