@@ -271,6 +271,8 @@ class GroupMember:
         self._watchers: set[asyncio.Queue[AssignmentChange | None]] = set()
         self.error: BaseException | None = None
         self.rebalances = 0
+        #: time.monotonic() of the last heartbeat the leader accepted (failover measurements).
+        self.heartbeat_ok_at = 0.0
         self._rejoin_now = False
 
     # ---- public surface -------------------------------------------------------------------
@@ -600,6 +602,7 @@ class GroupMember:
                 continue
             if response.error_code == epb.ERROR_CODE_NONE:
                 last_ok, attempt = time.monotonic(), 0
+                self.heartbeat_ok_at = last_ok
                 if response.HasField("next_rebalance_ms") != (self._assignment.next_rebalance_ms is not None) or (
                         response.HasField("next_rebalance_ms")
                         and response.next_rebalance_ms != self._assignment.next_rebalance_ms):
