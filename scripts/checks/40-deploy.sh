@@ -123,6 +123,8 @@ refuse "serviceMonitor.enabled needs metrics" --set serviceMonitor.enabled=true 
 refuse "grafanaDashboard.enabled needs metrics" --set grafanaDashboard.enabled=true --set ports.metrics=0
 refuse "value must be one of 'loopback', 'on', 'off'" --set server.livePage=everyone
 refuse "value must be one of 'json', 'console'" --set server.logFormat=xml
+refuse "tls.clientAuth needs tls.enabled" --set tls.clientAuth=true
+refuse "auth.aclSecretName needs a way to authenticate" --set auth.aclSecretName=acl
 
 echo "-- examples/k8s | kubernetes-validate --strict"
 for manifest in examples/k8s/*.yaml; do
