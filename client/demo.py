@@ -390,7 +390,8 @@ def warmup_status(group: pb.GroupDescription | None, acceptable: int) -> str:
         for t in member.warmup:
             task = codec.task_from_proto(t)
             lag = lags.get(task)
-            parts.append(f"{name_of(member)} {task} lag {lag:,}" if lag is not None and lag >= 0 else f"{name_of(member)} {task}")
+            behind = None if lag is None or lag.running else lag.known_offsets
+            parts.append(f"{name_of(member)} {task} lag {behind:,}" if behind is not None else f"{name_of(member)} {task}")
     state = pb.GroupState.Name(group.state).removeprefix("GROUP_STATE_").lower()
     return f"gen {group.generation_id} {state}" + (f"; warm-ups: {', '.join(parts)}" if parts else "")
 
