@@ -11,6 +11,7 @@ draining or still loading (UNAVAILABLE), raised in one place (``_guard``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import functools
 import re
@@ -296,6 +297,31 @@ def _member_fields(msg: Any) -> tuple[str, str, str | None]:
         _identifier(msg.member_id, "member_id", required=True),
         _instance_id(msg),
     )
+
+
+#: ListGroups: the page size when the caller asks for none, and the largest it may ask for.
+LIST_GROUPS_PAGE = 1_000
+_TOKEN_PREFIX = "after:"
+
+
+def _page_token(last_group_id: str) -> str:
+    return base64.urlsafe_b64encode((_TOKEN_PREFIX + last_group_id).encode()).decode()
+
+
+def _page_from_proto(msg: pb.ListGroupsRequest) -> tuple[int, str]:
+    """(page size, the group id the page starts after)."""
+    if msg.page_size < 0:
+        raise InvalidInput("page_size", f"must be >= 0, got {msg.page_size}")
+    after = ""
+    if msg.page_token:
+        try:
+            text = base64.urlsafe_b64decode(msg.page_token.encode("ascii")).decode()
+        except (ValueError, UnicodeError):
+            text = ""
+        if not text.startswith(_TOKEN_PREFIX):
+            raise InvalidInput("page_token", "not a next_page_token of this server")
+        after = text.removeprefix(_TOKEN_PREFIX)
+    return min(msg.page_size or LIST_GROUPS_PAGE, LIST_GROUPS_PAGE), after
 
 
 # ---- domain -> protobuf -------------------------------------------------------------------------
@@ -690,15 +716,17 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
 
     async def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext) -> pb.ListGroupsResponse:
         principal = await self.gate.principal(context, "ListGroups")
-        await self._guard(context, lambda: None)
-        return pb.ListGroupsResponse(
-            groups=[
-                pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation, member_count=g.member_count,
-                                 owner=coordinator_to_proto(g.owner) if g.owner is not None else None)
-                for g in self._coordinator.list_groups()
-                if self.gate.authorize(principal, Operation.DESCRIBE, g.group_id)
-            ]
-        )
+        size, after = await self._guard(context, _page_from_proto, request)
+        page = []
+        for g in self._coordinator.list_groups():
+            if g.group_id <= after or not self.gate.authorize(principal, Operation.DESCRIBE, g.group_id):
+                continue
+            if len(page) == size:
+                return pb.ListGroupsResponse(groups=page, next_page_token=_page_token(page[-1].group_id))
+            page.append(pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation,
+                                         member_count=g.member_count,
+                                         owner=coordinator_to_proto(g.owner) if g.owner is not None else None))
+        return pb.ListGroupsResponse(groups=page)
 
     async def Assign(self, request: pb.AssignRequest, context: grpc.aio.ServicerContext) -> pb.AssignResponse:
         def convert(msg: pb.AssignRequest):

@@ -39,7 +39,7 @@ from server.effects import (
     TimerKey,
     TimerKind,
 )
-from server.group import Group, GroupSettings
+from server.group import Group, GroupSettings, GroupState
 from server.model import (
     ErrorCode,
     GroupOverview,
@@ -238,6 +238,20 @@ class Coordinator:
             return None
         view = group.describe()
         return dataclasses.replace(view, owner=self._owner(group_id)) if self.ownership is not None else view
+
+    async def expire(self, group_id: str) -> bool:
+        """Remove an Empty group from memory and from the store (server/retention.py). The group
+        lock is held until the removal is queued, so a JoinGroup that re-creates the group
+        afterwards is persisted after the deletion."""
+        async with self._group_locks.acquire(group_id):
+            group = self.groups.get(group_id)
+            if group is None or group.state is not GroupState.EMPTY or group.members:
+                return False
+            del self.groups[group_id]
+            forgotten = self.store.forget(group_id) if self.store is not None else None
+        if forgotten is not None:
+            await forgotten
+        return True
 
     def list_groups(self) -> list[GroupOverview]:
         overviews = [self.groups[g].overview() for g in sorted(self.groups)]

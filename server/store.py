@@ -208,6 +208,7 @@ class Store(Protocol):
     async def load_all(self) -> list[dict[str, Any]]: ...
     def start(self) -> None: ...
     def request(self, group_id: str, snapshot: str) -> asyncio.Future: ...
+    def forget(self, group_id: str) -> asyncio.Future: ...
     async def flush(self) -> None: ...
     async def close(self) -> None: ...
 
@@ -218,7 +219,8 @@ class GroupStore:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._db: aiosqlite.Connection | None = None
-        self._dirty: dict[str, tuple[str, list[asyncio.Future]]] = {}  # the latest snapshot and its waiters
+        #: the latest snapshot (None: delete the group, it expired) and its waiters
+        self._dirty: dict[str, tuple[str | None, list[asyncio.Future]]] = {}
         self._wake = asyncio.Event()
         self._writer: asyncio.Task | None = None
 
@@ -251,6 +253,11 @@ class GroupStore:
         self._wake.set()
         return future
 
+    def forget(self, group_id: str) -> asyncio.Future:
+        """A future that resolves once the group's row is deleted (an expired group, taken out
+        under its lock), unless a later snapshot of a group of that id replaces the deletion."""
+        return self.request(group_id, None)  # type: ignore[arg-type]
+
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
@@ -259,7 +266,10 @@ class GroupStore:
                 group_id, (text, waiters) = next(iter(self._dirty.items()))
                 del self._dirty[group_id]
                 try:
-                    await self._put(group_id, text)
+                    if text is None:
+                        await self._delete(group_id)
+                    else:
+                        await self._put(group_id, text)
                 except Exception as error:  # surface to every waiter, keep writing others
                     log.error("store.write.failed", group_id=group_id, error=repr(error))
                     for waiter in waiters:
@@ -269,6 +279,12 @@ class GroupStore:
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)
+
+    async def _delete(self, group_id: str) -> None:
+        if self._db is None:
+            raise RuntimeError("store not open")
+        await self._db.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
+        await self._db.commit()
 
     async def _put(self, group_id: str, text: str) -> None:
         """Make one group's snapshot durable (the part a store of another engine replaces)."""
