@@ -40,6 +40,7 @@ from rich.table import Table
 
 from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, AssignmentConfig, InvalidInput, TaskId
+from assignor.probing import Trigger
 from client import codec
 from client.assignment import AssignmentChange, HostInfo
 from client.lags import LagInfo
@@ -364,7 +365,7 @@ def render_group(group: pb.GroupDescription, acceptable: int, since: float | Non
     title = (f"[bold]{group.group_id}[/] generation {group.generation_id} · trigger "
              f"[cyan]{group.last_rebalance_trigger or '-'}[/]{elapsed}")
     caption = "[green]settled: balanced, no probing rebalance needed[/]" if settled else (
-        f"[yellow]follow-up: {group.next_probe_reason or 'probing_rebalance'} "
+        f"[yellow]follow-up: {group.next_probe_reason or Trigger.PROBING_REBALANCE} "
         f"in {max(0, group.next_probe_ms - int(time.time() * 1000)) / 1000:.1f} s or when the warm-ups catch up[/]")
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
     for column in ("instance", "active", "standby", "warm-up"):
