@@ -145,14 +145,15 @@ def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = N
     (its tasks can take only one of its direct arcs) fed by its class.
 
     The (subtopology, client) layer of balance_subtopology has subtopologies x clients nodes.
-    On large groups a pair has a node only where a direct arc lands or for the clients of
-    ``own_nodes`` (a mask; by size when None); every other pair of a rack is reached through
-    one *funnel* per rack: (subtopology, rack) -> funnel, at most the pairs' caps in all ->
-    client, at most its pairs' caps in all. A relaxation (every flow of the full layer is one
-    of the funnels, at the same cost); the funnels' flow is then split per pair within the caps
-    (``split_exactly``), which makes it a flow of the full layer at the relaxed optimum, hence
-    optimal. When no split exists, the clients the funnels fed get nodes of their own and the
-    graph is solved again (each round takes more clients out; the last is the full layer).
+    When that leaves many pairs without a direct arc, a pair gets a node only where a direct
+    arc lands or for the clients of ``own_nodes`` (a mask; by that count when None), and every
+    other pair of a rack is reached through one *funnel* per rack: (subtopology, rack) ->
+    funnel, at most the pairs' caps in all -> client, at most its pairs' caps in all. A
+    relaxation (every flow of the full layer is one of the funnels, at the same cost); the
+    funnels' flow is then split per pair within the caps (``split_exactly``), which makes it a
+    flow of the full layer at the relaxed optimum, hence optimal. When no split exists, the
+    clients the funnels fed get nodes of their own and the graph is solved again; should that
+    fail too, the third round is the full layer.
     """
     tasks, racks = problem.cross.shape
     clients = len(problem.client_rack)
@@ -178,12 +179,12 @@ def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = N
     row_nodes = class_nodes[class_of]
     row_nodes[several] = graph.nodes(int(several.sum()))
     key_rack = np.asarray(graph.nodes(key_count * racks)).reshape(key_count, racks)
-    if own_nodes is None:
-        own_nodes = np.full(clients, key_count * clients < FUNNEL_PAIRS)
     needed = np.zeros((key_count, clients), dtype=bool)  # pairs with a node: a direct arc lands there
     needed[row_key, target] = True
     needed[row_key[other], anchor[other]] = True
     needed[row_key[third], holder[third]] = True
+    if own_nodes is None:  # funnels when they would serve many pairs
+        own_nodes = np.full(clients, needed.size - int(needed.sum()) < FUNNEL_PAIRS)
     needed |= own_nodes[None, :]
     pair_key, pair_client = np.nonzero(needed)
     key_client = np.full((key_count, clients), -1, dtype=np.int64)
@@ -223,8 +224,8 @@ def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = N
     slots_left = np.zeros((key_count, clients), dtype=np.int64)
     slots_left[pair_key, pair_client] = graph.flows(spread)
     fed = funnels.split(graph, slots_left)
-    if fed is not None:
-        return solve_compressed(problem, own_nodes | fed)
+    if fed is not None:  # a second round takes the fed clients out of the funnels, a third all of them
+        return solve_compressed(problem, own_nodes | fed if not own_nodes.any() else np.ones(clients, dtype=bool))
 
     row_count = len(rows)
     to_target = graph.flows(target_arcs)
