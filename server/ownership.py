@@ -292,6 +292,13 @@ class Ownership:
         if self.metrics is not None:
             self.metrics.leases_held.set(len(self.leases))
 
+    def released(self, group_id: str, epoch: int) -> None:
+        """The group expired here and its lease was handed back: stop renewing it."""
+        if self.leases.get(group_id) == epoch:
+            del self.leases[group_id]
+            if self.metrics is not None:
+                self.metrics.leases_held.set(len(self.leases))
+
     async def lost(self, group_id: str) -> None:
         """A write of this group was fenced: another replica owns it now."""
         if self.metrics is not None:
