@@ -87,24 +87,29 @@ def join_settled_group(old_clients: int, task_count: int) -> dict:
     stateful = {s.id for s in specs if s.stateful}
     relocated = sum(1 for t in stateful if before[t] != after[t])
     joiner_actives = sum(1 for t in stateful if after[t] == "joiner")
+    stateless_moved = [t for t in before if t not in stateful and before[t] != after[t]]
     return {
         "probing_rebalances": len(results) - 1,
         "relocated": relocated,
         "stateful": len(stateful),
         "joiner_stateful_actives": joiner_actives,
+        "stateless_relocated": len(stateless_moved),
+        "stateless_to_joiner": sum(1 for t in stateless_moved if after[t] == "joiner"),
         "settled": not results[-1].probing_rebalance_needed,
     }
 
 
 def join_table() -> None:
     print("| group | tasks | probing rebalances until settled | stateful actives relocated | "
-          "moved to the new instance | Kafka (measured): probing, relocated |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+          "moved to the new instance | stateless actives relocated (to the new instance) | "
+          "Kafka (measured): probing, relocated |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     kafka = {9: "66, 71 of 80", 19: "147, 141 of 160", 49: "765, 751 of 800"}
     for old, tasks in JOIN_ROWS:
         row = join_settled_group(old, tasks)
         print(f"| {old} → {old + 1} | {tasks} | {row['probing_rebalances']} | {row['relocated']} of "
-              f"{row['stateful']} | {row['joiner_stateful_actives']} | {kafka[old]} |", flush=True)
+              f"{row['stateful']} | {row['joiner_stateful_actives']} | {row['stateless_relocated']} "
+              f"({row['stateless_to_joiner']}) | {kafka[old]} |", flush=True)
 
 
 def random_scaling_rounds(scenarios: int) -> None:
