@@ -41,6 +41,8 @@ def parse_problem(document: Any) -> AssignmentProblem:
     tasks = _parse_tasks(document.get("tasks"))
     task_index = {spec.id: spec for spec in tasks}
     clients = _parse_clients(document.get("clients"), task_index)
+    if tasks and not clients:
+        raise InvalidInput("clients", f"must not be empty: {len(tasks)} tasks need at least one client to run on")
     return AssignmentProblem(tasks=tasks, clients=clients, config=config)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import grpc
@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 from remote_leader.v1 import group_leader_pb2
 from server.edge import GroupLeaderServicer, add_to_server
 from server.group import GroupSettings
+from server.limits import Limits
 from server.model import ReplicaInfo
 from server.observability import Metrics, RebalanceLog
 from server.ownership import Ownership, advertised_address, default_replica_id
@@ -37,6 +38,7 @@ SERVICE_NAME = group_leader_pb2.DESCRIPTOR.services_by_name["GroupLeader"].full_
 
 #: The cyclic collector's thresholds for the serving process (CPython's default: 700, 10, 10).
 GC_THRESHOLDS = (10_000, 50, 100)
+_DEFAULT_LIMITS = Limits()
 
 
 def tune_garbage_collector() -> None:
@@ -71,6 +73,20 @@ class Settings:
     log_level: str = "info"
     log_format: str = "json"
     event_loop: str = "auto"
+    # docs/security.md, "Limits"
+    max_message_bytes: int = _DEFAULT_LIMITS.max_message_bytes
+    max_partitions_per_topic: int = _DEFAULT_LIMITS.max_partitions_per_topic
+    max_partitions_per_group: int = _DEFAULT_LIMITS.max_partitions_per_group
+    max_subtopologies: int = _DEFAULT_LIMITS.max_subtopologies
+    max_tasks_per_group: int = _DEFAULT_LIMITS.max_tasks_per_group
+    max_members_per_group: int = _DEFAULT_LIMITS.max_members_per_group
+    max_groups: int = _DEFAULT_LIMITS.max_groups
+    max_tasks_per_assign: int = _DEFAULT_LIMITS.max_tasks_per_assign
+    max_clients_per_assign: int = _DEFAULT_LIMITS.max_clients_per_assign
+    max_rebalance_timeout_ms: int = _DEFAULT_LIMITS.max_rebalance_timeout_ms
+
+    def limits(self) -> Limits:
+        return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
     #: "sqlite" (STATE_DIR/state.db, one instance) or a postgresql:// DSN (several replicas).
     store: str = "sqlite"
     #: Several replicas: this one's id (default: host name and a random suffix), the host:port
@@ -136,12 +152,12 @@ class LeaderServer:
         options = [
             ("grpc.server.max_pending_requests", s.max_pending_requests),
             ("grpc.server.max_pending_requests_hard_limit", s.max_pending_requests),
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_receive_message_length", s.max_message_bytes),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)
-        add_to_server(GroupLeaderServicer(self.coordinator), server)
+        add_to_server(GroupLeaderServicer(self.coordinator, s.limits()), server, self.metrics.internal_errors_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server

@@ -39,6 +39,14 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--log-level", "log_level", "REMOTE_LEADER_LOG_LEVEL", str),
     ("--log-format", "log_format", "REMOTE_LEADER_LOG_FORMAT", str),
     ("--event-loop", "event_loop", "REMOTE_LEADER_EVENT_LOOP", str),
+    *(
+        (f"--{name.replace('_', '-')}", name, f"REMOTE_LEADER_{name.upper()}", int)
+        for name in (
+            "max_message_bytes", "max_partitions_per_topic", "max_partitions_per_group", "max_subtopologies",
+            "max_tasks_per_group", "max_members_per_group", "max_groups", "max_tasks_per_assign",
+            "max_clients_per_assign", "max_rebalance_timeout_ms",
+        )
+    ),
     ("--store", "store", "REMOTE_LEADER_STORE", str),
     ("--replica-id", "replica_id", "REMOTE_LEADER_REPLICA_ID", str),
     ("--advertise-address", "advertise_address", "REMOTE_LEADER_ADVERTISE_ADDRESS", str),
@@ -87,6 +95,10 @@ def _check(s) -> None:
             raise SettingsError(f"--{name.replace('_', '-')}: must be >= 0, got {getattr(s, name)}")
     if s.min_session_timeout_ms > s.max_session_timeout_ms:
         raise SettingsError("--min-session-timeout-ms: must not exceed --max-session-timeout-ms")
+    try:
+        s.limits().validate()
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
     if s.drain_timeout_s < 0:
         raise SettingsError(f"--drain-timeout-s: must be >= 0, got {s.drain_timeout_s}")
     if bool(s.tls_cert) != bool(s.tls_key):

@@ -27,6 +27,16 @@ from assignor.scenario import parse_problem
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
+from server.failures import contain
+from server.limits import (
+    OFF_LOOP_BYTES,
+    LimitExceeded,
+    Limits,
+    check_assign,
+    check_group_capacity,
+    check_heartbeat,
+    check_join,
+)
 from server.model import (
     STANDBY_HOSTS_VERSION,
     AssignorError,
@@ -550,9 +560,10 @@ def _redirects(response_type: Any):
 
 
 class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Coordinator, limits: Limits | None = None) -> None:
         self._coordinator = coordinator
         self._host_maps = _HostMapCache()
+        self.limits = limits or Limits()
 
     async def _guard(self, context: grpc.aio.ServicerContext, convert, *args: Any) -> Any:
         """The one place where contract faults become gRPC status codes."""
@@ -562,11 +573,32 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             return convert(*args)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
+        except LimitExceeded as error:
+            await context.abort(error.code, str(error))
+
+    async def _guard_large(self, context: grpc.aio.ServicerContext, request: Any, check, convert) -> Any:
+        """``_guard`` for a request that may be large: the limits are checked first (they only
+        count), and a request over ``OFF_LOOP_BYTES`` is converted in a worker thread, so that
+        the event loop keeps answering heartbeats and health checks meanwhile."""
+        await self._guard(context, check, self.limits, request)
+        if request.ByteSize() <= OFF_LOOP_BYTES:
+            return await self._guard(context, convert, request)
+        try:
+            return await asyncio.to_thread(convert, request)
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
 
     @_redirects(pb.JoinGroupResponse)
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
-        domain = await self._guard(context, join_from_proto, request)
-        response = await self._coordinator.join(domain)
+        domain = await self._guard_large(context, request, check_join, join_from_proto)
+
+        def admit(group: Any, groups: int) -> None:
+            check_group_capacity(self.limits, group, groups, domain.member_id, domain.group_instance_id)
+
+        try:
+            response = await self._coordinator.join(domain, admit)
+        except LimitExceeded as error:
+            await context.abort(error.code, str(error))
         return pb.JoinGroupResponse(
             error_code=int(response.error),
             error_message=response.message,
@@ -592,7 +624,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             lags = lags_from_proto(msg.lags, "lags") if msg.HasField("lags") else None
             return HeartbeatRequest(group_id, member_id, instance, msg.generation_id, lags)
 
-        domain = await self._guard(context, convert, request)
+        domain = await self._guard_large(context, request, check_heartbeat, convert)
         response = await self._coordinator.heartbeat(domain)
         msg = pb.HeartbeatResponse(error_code=int(response.error), error_message=response.message)
         if response.next_rebalance_ms is not None:
@@ -631,7 +663,11 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             except InvalidInput as error:
                 raise InvalidInput(f"problem.{error.field}", error.message) from None
 
-        problem = await self._guard(context, convert, request)
+        await self._guard(context, check_assign, self.limits, request)
+        try:  # parsing a large problem is Python work: off the event loop
+            problem = await asyncio.to_thread(convert, request)
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
         try:
             result = await asyncio.to_thread(solve, problem)
         except InvalidInput as error:
@@ -672,13 +708,14 @@ def _serialize(response: Any) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
-def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server) -> None:
+def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server, on_internal_error=None) -> None:
     """Register the servicer like the generated ``add_GroupLeaderServicer_to_server``, except that
-    a handler may return pre-serialised bytes (SyncGroup does)."""
+    a handler may return pre-serialised bytes (SyncGroup does) and an unexpected exception is
+    contained (``server.failures.contain``)."""
     service = pb.DESCRIPTOR.services_by_name["GroupLeader"]
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, method.name),
+            contain(method.name, getattr(servicer, method.name), on_internal_error),
             request_deserializer=message_factory.GetMessageClass(method.input_type).FromString,
             response_serializer=_serialize,
         )

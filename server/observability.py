@@ -67,6 +67,18 @@ class Metrics:
         self.leases_held = Gauge("remote_leader_leases_held", "Group leases this replica holds", registry=r)
         self.takeovers = Counter("remote_leader_takeovers", "Groups this replica took over from another (epoch > 1)", registry=r)
         self.fenced_writes = Counter("remote_leader_fenced_writes", "Writes refused because another replica took the group over", registry=r)
+        self.internal_errors = Counter(
+            "remote_leader_rpc_internal_errors", "Calls answered INTERNAL after an unexpected exception", ["method"], registry=r
+        )
+        self.refused = Counter(
+            "remote_leader_requests_refused",
+            "Calls refused by a limit or by authentication/authorization (docs/security.md)",
+            ["method", "code", "reason"],
+            registry=r,
+        )
+
+    def internal_errors_seen(self, method: str) -> None:
+        self.internal_errors.labels(method).inc()
 
 
 class Telemetry:

@@ -61,6 +61,10 @@ from server.timers import Clock, Timers
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[Group, int, int], Outcome]  # (group, call_id, now_ms) -> Outcome
+#: The edge's checks that need the group (capacity, ownership): run under the group's lock before
+#: the handler, with the group (None when it does not exist yet) and the number of groups; they
+#: refuse by raising, and then nothing has changed.
+Admit = Callable[[Group | None, int], None]
 
 
 class _KeyedLocks:
@@ -233,17 +237,17 @@ class Coordinator:
 
     # ---- the group RPCs ----------------------------------------------------------------------
 
-    async def join(self, request: JoinGroupRequest) -> JoinGroupResponse:
-        return await self._run(request.group_id, request.member_id, lambda g, c, n: g.join(request, c, n), create=True, parkable=True)
+    async def join(self, request: JoinGroupRequest, admit: Admit | None = None) -> JoinGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, c, n: g.join(request, c, n), create=True, parkable=True, admit=admit)
 
-    async def sync(self, request: SyncGroupRequest) -> SyncGroupResponse:
-        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.sync(request, n))
+    async def sync(self, request: SyncGroupRequest, admit: Admit | None = None) -> SyncGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.sync(request, n), admit=admit)
 
-    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
-        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.heartbeat(request, n))
+    async def heartbeat(self, request: HeartbeatRequest, admit: Admit | None = None) -> HeartbeatResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.heartbeat(request, n), admit=admit)
 
-    async def leave(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
-        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.leave(request, n))
+    async def leave(self, request: LeaveGroupRequest, admit: Admit | None = None) -> LeaveGroupResponse:
+        return await self._run(request.group_id, request.member_id, lambda g, _c, n: g.leave(request, n), admit=admit)
 
     def describe(self, group_id: str) -> GroupView | None:
         group = self.groups.get(group_id)
@@ -266,7 +270,9 @@ class Coordinator:
 
     # ---- running handlers --------------------------------------------------------------------
 
-    async def _run(self, group_id: str, member_id: str, handler: Handler, *, create: bool = False, parkable: bool = False) -> Any:
+    async def _run(
+        self, group_id: str, member_id: str, handler: Handler, *, create: bool = False, parkable: bool = False, admit: Admit | None = None
+    ) -> Any:
         call_id = 0
         future: asyncio.Future | None = None
         if parkable:
@@ -282,6 +288,8 @@ class Coordinator:
             try:
                 async with self._group_locks.acquire(group_id):
                     group = self.groups.get(group_id)
+                    if admit is not None:
+                        admit(group, len(self.groups))
                     if group is None:
                         if not create:
                             return _unknown_group(handler)

@@ -1,0 +1,122 @@
+"""Bounded work at the edge: the sizes a request may have, checked on the wire message before
+any conversion, lock or state change (docs/security.md, "Limits").
+
+A request that asks for more than a limit allows is refused as a whole: a size beyond what any
+group may hold answers INVALID_ARGUMENT, a full group or a full server RESOURCE_EXHAUSTED. Every
+message names the limit (its flag) and the value that exceeded it, so that an operator can tell
+a misconfigured application from an attack. The checks count only (repeated-field lengths and
+integers): they cost microseconds whatever the request's size, which is what makes it safe to
+run them on the event loop before the conversion itself is sent to a worker thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import grpc
+
+#: A request larger than this many bytes is converted in a worker thread instead of on the event
+#: loop: below it the thread hop (about 0.1 ms) costs more than the conversion itself.
+OFF_LOOP_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Server-wide limits (docs/interfaces.md, "Server settings"; docs/security.md)."""
+
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_partitions_per_topic: int = 10_000
+    max_partitions_per_group: int = 100_000
+    max_subtopologies: int = 1_000
+    max_tasks_per_group: int = 50_000
+    max_members_per_group: int = 10_000
+    max_groups: int = 10_000
+    max_tasks_per_assign: int = 50_000
+    max_clients_per_assign: int = 5_000
+    max_rebalance_timeout_ms: int = 1_800_000
+
+    def validate(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) < 1:
+                raise ValueError(f"--{f.name.replace('_', '-')}: must be >= 1, got {getattr(self, f.name)}")
+
+
+class LimitExceeded(Exception):
+    """A request beyond a configured limit; ``code`` is the gRPC status to answer."""
+
+    def __init__(self, limit: str, message: str, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
+        super().__init__(f"{message} (limit --{limit.replace('_', '-')})")
+        self.limit = limit
+        self.code = code
+
+
+def _over(limits: Limits, name: str, value: int, what: str, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
+    maximum = getattr(limits, name)
+    if value > maximum:
+        raise LimitExceeded(name, f"{what}: {value} exceeds {name} = {maximum}", code)
+
+
+def check_topology(limits: Limits, topology: Any, where: str) -> None:
+    """Partitions per topic and per group, subtopologies and tasks (one task per partition of a
+    subtopology's widest source topic, as Kafka Streams forms them)."""
+    _over(limits, "max_subtopologies", len(topology.subtopologies), f"{where}.subtopologies")
+    partitions: dict[str, int] = {}
+    tasks = 0
+    for i, sub in enumerate(topology.subtopologies):
+        widest = 0
+        for j, topic in enumerate(sub.source_topics):
+            _over(limits, "max_partitions_per_topic", topic.partition_count,
+                  f"{where}.subtopologies[{i}].source_topics[{j}].partition_count")
+            _over(limits, "max_partitions_per_topic", len(topic.partition_racks),
+                  f"{where}.subtopologies[{i}].source_topics[{j}].partition_racks")
+            partitions[topic.name] = max(partitions.get(topic.name, 0), topic.partition_count)
+            widest = max(widest, topic.partition_count)
+        tasks += widest
+    _over(limits, "max_partitions_per_group", sum(partitions.values()), f"{where} partitions")
+    _over(limits, "max_tasks_per_group", tasks, f"{where} tasks")
+
+
+def check_lag_report(limits: Limits, report: Any, where: str) -> None:
+    for name in ("task_lags", "task_offset_sums", "changelog_end_offsets"):
+        _over(limits, "max_tasks_per_group", len(getattr(report, name)), f"{where}.{name}")
+
+
+def check_join(limits: Limits, request: Any) -> None:
+    _over(limits, "max_rebalance_timeout_ms", request.rebalance_timeout_ms, "rebalance_timeout_ms")
+    if request.HasField("subscription"):
+        sub = request.subscription
+        if sub.HasField("topology"):
+            check_topology(limits, sub.topology, "subscription.topology")
+        check_lag_report(limits, sub.lags, "subscription.lags")
+
+
+def check_heartbeat(limits: Limits, request: Any) -> None:
+    if request.HasField("lags"):
+        check_lag_report(limits, request.lags, "lags")
+
+
+def check_assign(limits: Limits, request: Any) -> None:
+    problem = request.problem
+    _over(limits, "max_tasks_per_assign", len(problem.tasks), "problem.tasks")
+    _over(limits, "max_clients_per_assign", len(problem.clients), "problem.clients")
+    for i, client in enumerate(problem.clients):
+        for name in ("lags", "prev_active", "prev_standby"):
+            items = getattr(client, name, None)
+            if items is not None:
+                _over(limits, "max_tasks_per_assign", len(items), f"problem.clients[{i}].{name}")
+
+
+def check_group_capacity(limits: Limits, group: Any, groups: int, member_id: str, instance: str | None) -> None:
+    """Called under the group's lock before a JoinGroup runs: a newcomer needs room in its group
+    (a known member or a static instance taking its old place does not), a new group room on
+    the server."""
+    if group is None:
+        _over(limits, "max_groups", groups + 1, "groups on this server", grpc.StatusCode.RESOURCE_EXHAUSTED)
+        return
+    if member_id and member_id in group.members:
+        return
+    if instance and instance in group.instances:
+        return
+    _over(limits, "max_members_per_group", len(group.members) + 1, f"members of group {group.group_id!r}",
+          grpc.StatusCode.RESOURCE_EXHAUSTED)

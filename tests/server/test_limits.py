@@ -1,0 +1,151 @@
+"""Bounded work at the edge (docs/security.md, "Limits"): every size a request may have is
+checked before any work, and the refusal names the limit and the value; unexpected errors never
+reach a client as text."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from remote_leader.v1 import assignment_pb2 as apb
+from remote_leader.v1 import errors_pb2 as epb
+from remote_leader.v1 import group_leader_pb2 as pb
+from server.failures import INTERNAL_MESSAGE
+from tests.server.harness import rebalance, running_server, topology
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _refused(call, request) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call(request)
+    return caught.value
+
+
+async def test_a_partition_count_of_2_31_is_refused_at_once_and_changes_nothing(tmp_path):
+    async with running_server(tmp_path) as s:
+        attacker = s.worker(group_id="huge", topo=topology(2**31 - 1))
+        error = await asyncio.wait_for(_refused(s.stub.JoinGroup, attacker.join_request()), 2)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "partition_count: 2147483647 exceeds max_partitions_per_topic = 10000" in error.details()
+        assert "--max-partitions-per-topic" in error.details()
+        assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+
+
+async def test_tasks_per_group_count_the_widest_topic_of_each_subtopology(tmp_path):
+    wide = pb.Topology(subtopologies=[
+        pb.Subtopology(id=i, source_topics=[pb.SourceTopic(name=f"t{i}", partition_count=60)]) for i in range(2)
+    ])
+    async with running_server(tmp_path, max_tasks_per_group=100) as s:
+        error = await _refused(s.stub.JoinGroup, s.worker(topo=wide).join_request())
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "subscription.topology tasks: 120 exceeds max_tasks_per_group = 100" in error.details()
+        fits = s.worker(topo=topology(100))
+        await rebalance(s.clock, [fits], advance_ms=3_000)
+
+
+async def test_rebalance_timeout_has_an_upper_bound(tmp_path):
+    async with running_server(tmp_path) as s:
+        request = s.worker().join_request()
+        request.rebalance_timeout_ms = 2**31 - 1
+        error = await _refused(s.stub.JoinGroup, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details().startswith("rebalance_timeout_ms: 2147483647 exceeds max_rebalance_timeout_ms = 1800000")
+
+
+async def test_a_full_group_refuses_newcomers_but_not_its_members(tmp_path):
+    async with running_server(tmp_path, max_members_per_group=2) as s:
+        members = [s.worker(), s.worker()]
+        await rebalance(s.clock, members, advance_ms=3_000)
+        error = await _refused(s.stub.JoinGroup, s.worker().join_request())
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "members of group 'app': 3 exceeds max_members_per_group = 2" in error.details()
+        await rebalance(s.clock, members)  # the members rejoin: no newcomer, no refusal
+        assert all(m.generation == 2 for m in members)
+
+
+async def test_a_full_server_refuses_new_groups(tmp_path):
+    async with running_server(tmp_path, max_groups=1) as s:
+        await rebalance(s.clock, [s.worker(group_id="first")], advance_ms=3_000)
+        error = await _refused(s.stub.JoinGroup, s.worker(group_id="second").join_request())
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "groups on this server: 2 exceeds max_groups = 1" in error.details()
+
+
+async def test_lag_reports_are_bounded_in_heartbeats_too(tmp_path):
+    async with running_server(tmp_path, max_tasks_per_group=10) as s:
+        member = s.worker(topo=topology(3))
+        await rebalance(s.clock, [member], advance_ms=3_000)
+        request = pb.HeartbeatRequest(group_id="app", member_id=member.member_id, generation_id=member.generation)
+        for p in range(11):
+            request.lags.task_lags.add(task=apb.TaskId(subtopology=0, partition=p), lag=5)
+        error = await _refused(s.stub.Heartbeat, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "lags.task_lags: 11 exceeds max_tasks_per_group = 10" in error.details()
+        assert (await member.heartbeat()).error_code == epb.ERROR_CODE_NONE
+
+
+def _problem(tasks: int, clients: int) -> apb.AssignmentProblem:
+    problem = apb.AssignmentProblem()
+    for p in range(tasks):
+        problem.tasks.add(id=apb.TaskId(subtopology=0, partition=p))
+    for c in range(clients):
+        problem.clients.add(id=f"c{c}", threads=1)
+    return problem
+
+
+async def test_assign_sizes_are_bounded(tmp_path):
+    async with running_server(tmp_path, max_tasks_per_assign=10, max_clients_per_assign=2) as s:
+        error = await _refused(s.stub.Assign, pb.AssignRequest(problem=_problem(11, 1)))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "problem.tasks: 11 exceeds max_tasks_per_assign = 10" in error.details()
+        error = await _refused(s.stub.Assign, pb.AssignRequest(problem=_problem(1, 3)))
+        assert "problem.clients: 3 exceeds max_clients_per_assign = 2" in error.details()
+        answer = await s.stub.Assign(pb.AssignRequest(problem=_problem(10, 2)))
+        assert sum(len(c.active) for c in answer.result.clients) == 10
+
+
+async def test_assign_with_tasks_but_no_clients_names_the_field(tmp_path):
+    async with running_server(tmp_path) as s:
+        error = await _refused(s.stub.Assign, pb.AssignRequest(problem=_problem(3, 0)))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details().startswith("problem.clients: must not be empty")
+
+
+async def test_a_message_over_the_size_limit_is_refused_by_grpc(tmp_path):
+    async with running_server(tmp_path, max_message_bytes=1024) as s:
+        request = s.worker().join_request()
+        request.subscription.client_tags["padding"] = "x" * 2048
+        error = await _refused(s.stub.JoinGroup, request)
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_a_large_join_is_converted_off_the_loop_and_still_validated(tmp_path):
+    async with running_server(tmp_path) as s:
+        member = s.worker(topo=topology(10_000))
+        member.task_lags = {f"0_{p}": 7 for p in range(10_000)}
+        assert member.join_request().ByteSize() > 64 * 1024
+        await rebalance(s.clock, [member], advance_ms=3_000)
+        assert len(member.active()) == 10_000
+        bad = s.worker(topo=topology(10_000))
+        bad.task_lags = {f"0_{p}": -7 for p in range(10_000)}
+        error = await _refused(s.stub.JoinGroup, bad.join_request())
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details().startswith("subscription.lags.task_lags[0].lag: must be >= -2")
+
+
+async def test_an_unexpected_error_answers_internal_without_its_text(tmp_path, monkeypatch):
+    async with running_server(tmp_path) as s:
+        def broken(group_id):
+            raise KeyError("/secret/path/of/the/server")
+
+        monkeypatch.setattr(s.server.coordinator, "describe", broken)
+        error = await _refused(s.stub.DescribeGroup, pb.DescribeGroupRequest(group_id="app"))
+        assert error.code() == grpc.StatusCode.INTERNAL
+        assert error.details() == INTERNAL_MESSAGE
+        assert s.server.metrics.registry.get_sample_value(
+            "remote_leader_rpc_internal_errors_total", {"method": "DescribeGroup"}) == 1.0
+        assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+
