@@ -59,6 +59,9 @@ SUBTOPOLOGY_EXCESS = 1
 # kept at these shares gives a newcomer its quotas by drops alone: each client above a new
 # ceiling hands one replica over, and nothing shuffles among the others (docs/assignor.md).
 SHARE_PREFERENCE = 1
+# Per task whose active cannot leave its owner without a standby chain (``chain_prone``): on
+# every way out but the owner. A tie-break among the actives a client must give up.
+STANDBY_CHAIN = 1
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use every arc
 
@@ -216,10 +219,43 @@ def _group_key(spec: TaskSpec) -> tuple[int, bool]:
     return (spec.id.subtopology, spec.stateful)
 
 
-def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[TaskId, str]:
-    """One active per task, balanced in total and in stateful actives, sticky, lag-aware."""
+def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
+    """Stateful tasks whose active cannot leave its caught-up owner without a standby chain.
+
+    The flows run actives first. When an owner must give up an active but no replica (it holds
+    no more caught-up replicas than its new ceiling), it keeps that task as a standby, and one
+    of the task's standby holders must give its standby up; if none holds a replica to spare
+    either, the chain goes on, to a standby on a client without state: one warm-up, and one
+    probing rebalance, more than the move needs (docs/assignor.md, "Scaling out at the floor").
+    """
+    if per_task == 0:
+        return set()
+    ceiling = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+    held: dict[str, int] = defaultdict(int)
+    for task in group.stateful:
+        owner = group.prev_active_owner.get(task)
+        for client in (owner, *group.prev_standby_holders.get(task, ())):
+            if client is not None and ranking.caught_up(task, client):
+                held[client] += 1
+    spare = {c: held[c] - ceiling[c].ceiling for c in group.clients}
+    prone = set()
+    for task in group.stateful:
+        owner = group.prev_active_owner.get(task)
+        if owner is None or spare[owner] > 0 or not ranking.caught_up(task, owner):
+            continue
+        if all(spare[c] <= 0 for c in group.prev_standby_holders.get(task, ()) if ranking.caught_up(task, c)):
+            prone.add(task)
+    return prone
+
+
+def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: int = 0) -> dict[TaskId, str]:
+    """One active per task, balanced in total and in stateful actives, sticky, lag-aware.
+
+    ``per_task``, the standbys per stateful task to come, lets a lag-aware target prefer
+    moving actives that start no standby chain (``chain_prone``, ``STANDBY_CHAIN``)."""
     if not group.clients or not group.specs:
         return {}
+    prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
     graph = FlowGraph()
     clients = group.clients
     client_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
@@ -262,6 +298,9 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel) -> dict[Task
                 continue
             special = costs.special_arcs(ranking, task, holders if owner is None or owner in holders
                                          else [*holders, owner], (owner,))
+            if task in prone:
+                hub_cost += STANDBY_CHAIN
+                special = {c: price + STANDBY_CHAIN * (c != owner) for c, price in special.items()}
         elif owner is None:
             hub_only[key, hubs.hub[key], MOVE].append(task)
             continue

@@ -29,6 +29,7 @@ from assignor.target import (
     MOVE,
     OVER_CEILING,
     SHARE_PREFERENCE,
+    STANDBY_CHAIN,
     STATEFUL_FLOOR,
     SUBTOPOLOGY_EXCESS,
     TIER_COST,
@@ -105,6 +106,7 @@ class _Instance:
         for task, client in self.owner.items():
             self.previous[task].add(client)
         self.stateful = sorted(t for t, s in self.specs.items() if s.stateful)
+        self.prone: set[TaskId] = set()
 
     def _tier(self, rank: int) -> int:
         return TIER_COST[tier_of(rank)] if self.lag_aware else 0
@@ -120,7 +122,33 @@ class _Instance:
     def active_price(self, task: TaskId, client: str) -> int:
         if not self.specs[task].stateful:
             return 0 if self.owner.get(task) == client else MOVE
-        return self._price(task, client, sticky=self.owner.get(task) == client)
+        owner = self.owner.get(task)
+        own = self._price(task, client, sticky=owner == client)
+        if task not in self.prone:
+            return own
+        # every way out of a chain-prone task but its owner costs STANDBY_CHAIN more; the
+        # owner is also reachable through the hub, at the hub's price plus that
+        hub = self._tier(self.ranking.absent[task]) + MOVE + STANDBY_CHAIN
+        return min(own, hub) if client == owner else own + STANDBY_CHAIN
+
+    def mark_chain_prone(self, per_task: int) -> None:
+        """Tasks whose caught-up owner, and every caught-up standby holder, hold no more
+        caught-up replicas than their new replica ceiling (assignor.target.chain_prone)."""
+        self.prone = set()
+        if per_task == 0 or not self.lag_aware:
+            return
+        ceiling = quotas(len(self.stateful) * (1 + per_task), self.threads, limit=len(self.stateful))
+        held = defaultdict(int)
+        for task in self.stateful:
+            for client in self.previous[task]:
+                held[client] += self.ranking.caught_up(task, client)
+        spare = {c: held[c] - ceiling[c].ceiling for c in self.clients}
+        for task in self.stateful:
+            owner = self.owner.get(task)
+            if owner is None or not self.ranking.caught_up(task, owner) or spare[owner] > 0:
+                continue
+            if all(spare[c] <= 0 for c in self.previous[task] - {owner} if self.ranking.caught_up(task, c)):
+                self.prone.add(task)
 
     def standby_price(self, task: TaskId, client: str) -> int:
         return self._price(task, client, sticky=client in self.previous[task])
@@ -317,13 +345,17 @@ def _recorded(call):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=small_groups, lag_aware=st.booleans())
-def test_active_classes_reach_the_per_task_optimum(group, lag_aware):
+@given(group=small_groups, lag_aware=st.booleans(), standbys=st.integers(0, 2))
+def test_active_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
+    index = Group.of(specs, clients)
+    per_task = index.standby_count(standbys)
+    inst.mark_chain_prone(per_task)
+    if inst.prone:
+        event("chain-prone tasks priced")
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    actives, optimum = _recorded(lambda: target.active_target(Group.of(specs, clients), ranking,
-                                                                    CostModel(lag_aware)))
+    actives, optimum = _recorded(lambda: target.active_target(index, ranking, CostModel(lag_aware), per_task))
     assert sorted(actives) == sorted(inst.specs)
     assert optimum == reference_active_optimum(inst)
     assert active_cost(inst, actives) == optimum
