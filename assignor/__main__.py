@@ -1,4 +1,4 @@
-"""``python -m assignor FILE|-``: assign one scenario (shared/spec/scenario.md) and print it.
+"""``python -m assignor FILE|-``: assign one scenario (docs/scenario-format.md) and print it.
 
 Exit 0 with the assignment on standard output; exit 2 with one line naming the offending
 field on standard error for invalid input. ``--explain`` adds the assignor's reasons.
@@ -16,10 +16,11 @@ from assignor.scenario import parse_problem_text, result_to_document
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m assignor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m assignor", description=__doc__.splitlines()[0],
+                                     epilog="The scenario and result formats: docs/scenario-format.md.")
     parser.add_argument("scenario", help="scenario JSON file, or - for standard input")
-    parser.add_argument("--explain", action="store_true", help="add reasons and the rack-awareness report")
-    parser.add_argument("--indent", type=int, default=None, help="pretty-print with this indent")
+    parser.add_argument("--explain", action="store_true", help="add the assignor's reason for every placement and the rack-awareness report")
+    parser.add_argument("--indent", type=int, default=None, help="pretty-print the JSON with this many spaces per level (default: one line)")
     args = parser.parse_args(argv)
     try:
         if args.scenario == "-":

@@ -64,6 +64,7 @@ SHARE_PREFERENCE = 1
 STANDBY_CHAIN = 1
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use every arc
+FUNNEL_PAIRS = 20_000  # subtopologies x clients from which hubs reach clients through funnels
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,13 +150,27 @@ class _SubtopologyHubs:
     replica above it (KIP-441 "Defining balance", subtopology balance).
 
     A (key, client) node exists only where a direct arc must count against the same cap
-    (``node``); elsewhere the hub reaches the client by the two priced arcs themselves, so a
-    group where few clients report state gets a layer of arcs, not of nodes. ``close`` adds
-    the layer, in bulk, once every direct arc is known.
+    (``node``: an *inner* client of the key); the key's other, *outer* clients are reached by
+    two priced arcs, free up to the cap and excess beyond. ``close`` adds the layer, in bulk,
+    once every direct arc is known.
+
+    That layer has subtopologies x clients arcs (400,000 for 200 subtopologies on 1,000
+    clients: most of the solver's time). *Funnelled* (by default when it would be large), the
+    hubs of keys sharing a downstream reach their outer clients through one funnel node instead
+    (hub -> funnel at most the key's free caps in all, funnel -> client at most the client's
+    free caps in all) and one overflow node for the excess. Every flow of the full layer is a
+    flow of the funnelled one at the same cost, so the funnelled optimum is at most the full
+    one. ``realize`` then splits each funnel's flow into units per (key, client), within the
+    caps, largest remaining demand first: when the split needs no more excess than the funnel
+    paid, it is a flow of the full layer at the funnelled optimum, hence optimal there too.
+    When it does not, ``realize`` names the clients the funnel fed, and the caller solves
+    again with those clients reached by the hubs' own arcs (``own_arcs``): every round takes
+    more clients out of the funnels, so the last possible round is the full layer. In a
+    scale-out, the second round takes the new clients out.
     """
 
     def __init__(self, graph: FlowGraph, counts: Mapping, clients: Sequence[str], threads: Mapping[str, int],
-                 downstream) -> None:
+                 downstream, own_arcs: frozenset[str] | None = None) -> None:
         thread_counts = np.array([threads[c] for c in clients], dtype=np.int64)
         capacity = int(thread_counts.sum())
         self._graph = graph
@@ -166,6 +181,12 @@ class _SubtopologyHubs:
         self.hub = {key: graph.node() for key in sorted(counts)}
         self._node: dict = {key: {} for key in self.hub}
         self._entries: dict = {}
+        if own_arcs is None:  # by size: a small layer is cheap, a large one funnelled
+            own_arcs = frozenset() if len(self.hub) * len(clients) >= FUNNEL_PAIRS else frozenset(clients)
+        self.own_arcs = own_arcs
+        self._funnelled = np.array([client not in own_arcs for client in clients], dtype=bool)
+        self._funnels: list[tuple] = []
+        self._funnelled_units: dict = {}
 
     def node(self, key, client: str) -> int:
         nodes = self._node[key]
@@ -178,25 +199,107 @@ class _SubtopologyHubs:
 
     def close(self) -> None:
         graph = self._graph
+        everyone = np.arange(len(self._clients))
+        funnels: dict[int, list] = defaultdict(list)  # keys by downstream (head arrays are equal or disjoint)
         for key, hub in self.hub.items():
             heads, caps, nodes = self._downstream(key), self._caps[key], self._node[key]
             inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
             inner_nodes = np.array(list(nodes.values()), dtype=np.int64)
-            outer = np.setdiff1d(np.arange(len(self._clients)), inner)
+            outer = np.setdiff1d(everyone, inner) if len(inner) else everyone
             via_node = graph.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
             graph.arcs(inner_nodes, heads[inner], caps[inner], 0)
             graph.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            funnelled = outer[self._funnelled[outer]]
+            outer = outer[~self._funnelled[outer]]
             free = graph.arcs(hub, heads[outer], caps[outer], 0)
             excess = graph.arcs(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
-            self._entries[key] = (inner, via_node, outer, free, excess)
+            self._entries[key] = (inner, via_node, outer, free, excess, funnelled)
+            if len(funnelled):
+                funnels[int(heads[0])].append(key)
+        for keys in funnels.values():
+            heads = self._downstream(keys[0])
+            funnel, overflow = graph.node(), graph.node()
+            client_caps = np.zeros(len(self._clients), dtype=np.int64)
+            key_caps = []
+            for key in keys:
+                funnelled = self._entries[key][5]
+                client_caps[funnelled] += self._caps[key][funnelled]
+                key_caps.append(int(self._caps[key][funnelled].sum()))
+            hubs = np.array([self.hub[key] for key in keys], dtype=np.int64)
+            reached = np.flatnonzero(client_caps)
+            self._funnels.append((
+                keys, reached,
+                graph.arcs(hubs, funnel, key_caps, 0),
+                graph.arcs(hubs, overflow, BIG_CAPACITY, SUBTOPOLOGY_EXCESS),
+                graph.arcs(funnel, heads[reached], client_caps[reached], 0),
+                graph.arcs(overflow, heads[reached], BIG_CAPACITY, 0),
+            ))
+
+    def realize(self, graph: FlowGraph) -> frozenset[str]:
+        """Split each funnel's solved flow into units per (key, funnelled client). Returns the
+        clients the funnels fed when no split found needs as little excess as the funnels paid
+        (the funnelled optimum may then be lower than the full layer's), else nothing."""
+        for keys, reached, to_funnel, to_overflow, from_funnel, from_overflow in self._funnels:
+            paid = int(graph.flows(to_overflow).sum())
+            supplied = (graph.flows(to_funnel) + graph.flows(to_overflow)).tolist()
+            demand = np.zeros(len(self._clients), dtype=np.int64)
+            demand[reached] = graph.flows(from_funnel) + graph.flows(from_overflow)
+            for key, amount in zip(keys, supplied, strict=True):
+                if not amount:
+                    continue
+                funnelled = self._entries[key][5]
+                wants = demand[funnelled]
+                given = _fill(wants, self._caps[key][funnelled], amount)
+                over = amount - int(given.sum())
+                if over:  # every funnelled client with demand left is at its cap: excess
+                    paid -= over
+                    left = wants - given
+                    extra = _fill(left, left, over)
+                    if paid < 0 or int(extra.sum()) < over:
+                        return self._fed()
+                    given += extra
+                demand[funnelled] = wants - given
+                self._funnelled_units[key] = given
+        return frozenset()
+
+    def _fed(self) -> frozenset[str]:
+        graph, fed = self._graph, set()
+        for _, reached, _, _, from_funnel, from_overflow in self._funnels:
+            demand = graph.flows(from_funnel) + graph.flows(from_overflow)
+            fed.update(self._clients[index] for index in reached[demand > 0].tolist())
+        return frozenset(fed)
 
     def units(self, graph: FlowGraph, key) -> dict[str, int]:
         """How many of the key's hub replicas each client received."""
-        inner, via_node, outer, free, excess = self._entries[key]
+        inner, via_node, outer, free, excess, funnelled = self._entries[key]
         units = np.zeros(len(self._clients), dtype=np.int64)
         units[inner] = graph.flows(via_node)
         units[outer] = graph.flows(free) + graph.flows(excess)
+        if key in self._funnelled_units:
+            units[funnelled] = self._funnelled_units[key]
         return dict(zip(self._clients, units.tolist(), strict=True))
+
+
+def _fill(demand: np.ndarray, caps: np.ndarray, amount: int) -> np.ndarray:
+    """``amount`` units over clients, at most ``caps`` and ``demand`` each, one at a time to the
+    largest remaining demand (first in order among equals): water-filling to a level, found by
+    bisection. Gives less than ``amount`` only when every client is full."""
+    room = np.minimum(caps, demand)
+    if int(room.sum()) <= amount:
+        return room
+    low, high = 0, int(demand.max())  # given(level) = min(caps, max(0, demand - level)) shrinks with level
+    while low < high:
+        level = (low + high) // 2
+        if int(np.minimum(caps, np.maximum(demand - level, 0)).sum()) <= amount:
+            high = level
+        else:
+            low = level + 1
+    given = np.minimum(caps, np.maximum(demand - low, 0))
+    short = amount - int(given.sum())
+    if short:  # the next units go to clients waiting exactly at the level, in order
+        waiting = np.flatnonzero((demand - given == low) & (given < caps) & (demand > 0))
+        given[waiting[:short]] += 1
+    return given
 
 
 def share_segments(window: tuple[int, int], share: tuple[int, int]) -> list[tuple[int, int]]:
@@ -248,11 +351,15 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
     return prone
 
 
-def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: int = 0) -> dict[TaskId, str]:
+def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: int = 0,
+                  own_arcs: frozenset[str] | None = None) -> dict[TaskId, str]:
     """One active per task, balanced in total and in stateful actives, sticky, lag-aware.
 
     ``per_task``, the standbys per stateful task to come, lets a lag-aware target prefer
-    moving actives that start no standby chain (``chain_prone``, ``STANDBY_CHAIN``)."""
+    moving actives that start no standby chain (``chain_prone``, ``STANDBY_CHAIN``).
+    ``own_arcs``: the clients the subtopology hubs reach by arcs of their own, not through a
+    funnel (``_SubtopologyHubs``); by size when None.
+    """
     if not group.clients or not group.specs:
         return {}
     prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
@@ -284,7 +391,8 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
     stateful_nodes = np.array([stateful_node[c] for c in clients], dtype=np.int64)
     stateless_nodes = np.array([stateless_node[c] for c in clients], dtype=np.int64)
     hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
-                            lambda key: stateful_nodes if key[1] else stateless_nodes)
+                            lambda key: stateful_nodes if key[1] else stateless_nodes,
+                            own_arcs)
     classes = _TaskClasses(units=1)
     hub_only = classes.hub_only
     for task, spec in group.specs.items():
@@ -311,6 +419,9 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
     hubs.close()
     graph.supply(sink, -len(group.specs))
     graph.solve()
+    fed = hubs.realize(graph)
+    if fed:
+        return active_target(group, ranking, costs, per_task, own_arcs=hubs.own_arcs | fed)
 
     pick_tasks, pick_clients, hub_tasks, _ = classes.decode(graph)
     target = dict(zip(pick_tasks, pick_clients, strict=True))
@@ -489,7 +600,7 @@ class _StandbyFlow:
     """
 
     def __init__(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
-                 per_task: int) -> None:
+                 per_task: int, own_arcs: frozenset[str] | None = None) -> None:
         self.group, self.ranking, self.costs, self.actives, self.per_task = group, ranking, costs, actives, per_task
         self.graph = graph = FlowGraph()
         clients = group.clients
@@ -511,7 +622,8 @@ class _StandbyFlow:
         for task in group.stateful:
             self.counts[task.subtopology] += per_task
         replica_nodes = np.array([replica_node[c] for c in clients], dtype=np.int64)
-        self.hubs = _SubtopologyHubs(graph, self.counts, clients, group.threads, lambda key: replica_nodes)
+        self.hubs = _SubtopologyHubs(graph, self.counts, clients, group.threads, lambda key: replica_nodes,
+                                     own_arcs)
         self.position = {client: index for index, client in enumerate(clients)}
         self.classes = _TaskClasses(units=per_task)
         self.trees: dict[int, _AllButOneHub] = {}  # the tree formulation's, per subtopology
@@ -600,10 +712,16 @@ class StandbyFormulation:
     name = ""
 
     def solve(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
-              per_task: int) -> dict[TaskId, tuple[str, ...]] | None:
-        flow = _StandbyFlow(group, ranking, costs, actives, per_task)
-        self.build(flow)
-        flow.solve()
+              per_task: int, own_arcs: frozenset[str] | None = None) -> dict[TaskId, tuple[str, ...]] | None:
+        """``own_arcs``: as for ``active_target``."""
+        while True:
+            flow = _StandbyFlow(group, ranking, costs, actives, per_task, own_arcs)
+            self.build(flow)
+            flow.solve()
+            fed = flow.hubs.realize(flow.graph)
+            if not fed:
+                break
+            own_arcs = flow.hubs.own_arcs | fed
         chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
         self.decode(flow, chosen)
         return flow.standbys(self, chosen)

@@ -27,11 +27,14 @@ import json
 import random
 import resource
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # bench.*, after PYTHONPATH's assignor
+
+from bench.baseline import THIS, assignor_roots  # noqa: E402
+from bench.baseline import run_row as run_in  # noqa: E402
 
 ROWS = [
     # (scenario, strategy, tasks, clients, racks, standbys)
@@ -169,15 +172,10 @@ def main() -> int:
         header[5:5] = [f"{args.baseline} assign s", "ratio"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
-    root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory() as baseline_root:
-        if args.baseline:
-            archive = subprocess.run(["git", "archive", args.baseline, "assignor"], cwd=root, capture_output=True,
-                                     check=True).stdout
-            subprocess.run(["tar", "-x", "-C", baseline_root], input=archive, check=True)
+    with assignor_roots(args.baseline) as roots:
         for row in QUICK_ROWS if args.quick else ROWS:
-            baseline = _run(row, args.repeat, baseline_root) if args.baseline else None
-            r = _run(row, args.repeat, str(root))
+            baseline = run_in(__file__, [*row, args.repeat], roots[args.baseline]) if args.baseline else None
+            r = run_in(__file__, [*row, args.repeat], roots[THIS])
             cells = [
                 r["scenario"], r["strategy"], _size(r),
                 f"{r['none_s']:.2f}", f"{r['assign_s']:.2f} ({r['assign_range'][0]:.2f}–{r['assign_range'][1]:.2f})",
@@ -188,14 +186,6 @@ def main() -> int:
                 cells[5:5] = [f"{baseline['assign_s']:.2f}", f"{r['assign_s'] / baseline['assign_s']:.2f}"]
             print(" | ".join(cells))
     return 0
-
-
-def _run(row, repeat: int, assignor_root: str) -> dict:
-    """One row in a fresh process, importing ``assignor`` from ``assignor_root``."""
-    out = subprocess.run([sys.executable, __file__, "--row", json.dumps([*row, repeat])], capture_output=True,
-                         text=True, cwd=Path(__file__).resolve().parent.parent, env={"PYTHONPATH": assignor_root},
-                         check=True)
-    return json.loads(out.stdout)
 
 
 if __name__ == "__main__":

@@ -9,38 +9,66 @@ from __future__ import annotations
 import random
 from types import MappingProxyType
 
-from assignor.model import LATEST, ClientState, TaskId, TaskSpec
+from assignor.model import LATEST, ClientState, TaskId, TaskSpec, TopicPartition
+
+SCENARIOS = ("fresh", "scale-out", "scale-in")
 
 
 def tasks_of(task_count: int, subtopologies: int = 10, stateful_share: float = 0.8,
-             changelog_offsets: int = 1_000_000) -> list[TaskSpec]:
-    """``task_count`` tasks over ``subtopologies``; the first ``stateful_share`` of them stateful."""
-    per = max(1, task_count // subtopologies)
+             changelog_offsets: int = 1_000_000, racks: int = 0, seed: int = 1) -> list[TaskSpec]:
+    """``task_count`` tasks over ``subtopologies``; the first ``stateful_share`` of them stateful.
+
+    With ``racks``, each task reads one input partition with replicas in all racks but one
+    (two of three), the rack left out drawn per partition.
+    """
+    rng = random.Random(seed)
+    rack_names = [f"r{i}" for i in range(racks)]
+    per = max(1, -(-task_count // subtopologies))
     stateful_subtopologies = round(subtopologies * stateful_share)
     specs = []
     for index in range(task_count):
         subtopology, partition = divmod(index, per)
         stateful = subtopology < stateful_subtopologies
-        specs.append(TaskSpec(TaskId(subtopology, partition), stateful, changelog_offsets if stateful else None))
+        inputs = ()
+        if racks:
+            replicas = frozenset(rng.sample(rack_names, k=max(1, racks - 1)))
+            inputs = (TopicPartition(f"s{subtopology}-in", partition, replicas),)
+        specs.append(TaskSpec(TaskId(subtopology, partition), stateful, changelog_offsets if stateful else None,
+                              inputs))
     return specs
 
 
 def settled_then_joined(client_count: int, task_count: int, standbys: int, *, new_share: float = 0.1,
-                        lagging_standby_share: float = 0.3, seed: int = 1,
-                        threads: int = 1) -> tuple[list[TaskSpec], list[ClientState]]:
-    """A balanced group of ``(1 - new_share)`` of the clients, then fresh clients join.
+                        lagging_standby_share: float = 0.3, seed: int = 1, threads: int = 1,
+                        subtopologies: int = 10, racks: int = 0,
+                        scenario: str = "scale-out") -> tuple[list[TaskSpec], list[ClientState]]:
+    """A balanced group of clients running round-robin actives (caught up, "latest") and
+    standbys on the next clients, ``lagging_standby_share`` of them lagging beyond
+    acceptable_recovery_lag; then, by ``scenario``:
 
-    Old clients run round-robin actives (caught up, "latest") and standbys on the next
-    clients; ``lagging_standby_share`` of the standbys lag beyond acceptable_recovery_lag.
+    - ``scale-out``: ``new_share`` of ``client_count`` are fresh clients that just joined;
+    - ``scale-in``: the group had ``client_count / (1 - new_share)`` clients, ``new_share`` of
+      them left (their tasks have no owner; the others keep what they ran and their state);
+    - ``fresh``: nobody ran anything before.
+
+    With ``racks``, clients sit in racks in turn and tasks read partitions in two of three
+    racks (``tasks_of``).
     """
+    if scenario not in SCENARIOS:
+        raise ValueError(f"scenario: expected one of {SCENARIOS}, got {scenario!r}")
     rng = random.Random(seed)
-    specs = tasks_of(task_count)
-    old = max(1, round(client_count * (1 - new_share)))
-    ids = [f"c{index:05d}" for index in range(client_count)]
+    specs = tasks_of(task_count, subtopologies=subtopologies, racks=racks, seed=seed)
+    if scenario == "scale-in":
+        members = round(client_count / (1 - new_share))
+        old = members
+    else:
+        members = client_count
+        old = 0 if scenario == "fresh" else max(1, round(client_count * (1 - new_share)))
+    ids = [f"c{index:05d}" for index in range(members)]
     active: dict[str, list[TaskId]] = {c: [] for c in ids}
     standby: dict[str, list[TaskId]] = {c: [] for c in ids}
     lags: dict[str, dict[TaskId, int]] = {c: {} for c in ids}
-    for index, spec in enumerate(specs):
+    for index, spec in enumerate(specs if old else ()):
         owner = ids[index % old]
         active[owner].append(spec.id)
         if not spec.stateful:
@@ -51,14 +79,19 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
             standby[holder].append(spec.id)
             lagging = rng.random() < lagging_standby_share
             lags[holder][spec.id] = rng.randint(20_000, 200_000) if lagging else rng.randint(0, 5_000)
+    if scenario == "scale-in":  # every tenth member leaves (new_share 0.1), spread over the ring
+        step = max(1, round(1 / new_share))
+        ids = [c for index, c in enumerate(ids) if index % step != step - 1][:client_count]
+    rack_names = [f"r{i}" for i in range(racks)]
     clients = [
         ClientState(
             id=c,
             threads=threads,
+            rack=rack_names[index % racks] if racks else None,
             prev_active=frozenset(active[c]),
             prev_standby=frozenset(standby[c]),
             lags=MappingProxyType(lags[c]),
         )
-        for c in ids
+        for index, c in enumerate(ids)
     ]
     return specs, clients

@@ -46,7 +46,7 @@ def _register_sidecar(subparsers) -> None:
                               description="Run the group member as its own process next to a worker in any "
                                           "language; the worker uses the local API (docs/sidecar.md).")
     p.add_argument("--group", required=True, help="group id")
-    p.add_argument("--server", required=True, help="remote leader address, host:port")
+    p.add_argument("--server", required=True, help="remote leader address, host:port, or several replicas host:port,host:port,... (any will do)")
     p.add_argument("--topology", required=True, help="topology file, YAML or JSON (docs/sidecar.md)")
     p.add_argument("--listen", default="127.0.0.1:0", help="local API address (default 127.0.0.1:0, printed on stdout)")
     p.add_argument("--process-id", default=None, help="worker process UUID (default: a new one)")
@@ -54,15 +54,19 @@ def _register_sidecar(subparsers) -> None:
     p.add_argument("--will-come-back", action="store_true",
                    help="static member: on stop, keep the place for the session timeout instead of leaving")
     p.add_argument("--endpoint", default=None, help="the worker's interactive-query endpoint host:port (KIP-535)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--rack", default=None)
+    p.add_argument("--threads", type=int, default=1, help="the worker's stream threads: its capacity (default 1)")
+    p.add_argument("--rack", default=None, help="the worker's rack, for KIP-925 rack-aware placement (default none)")
     p.add_argument("--tag", type=_tag, action="append", default=[], help="client tag KEY=VALUE (repeatable)")
-    p.add_argument("--session-timeout-ms", type=int, default=10_000)
-    p.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
+    p.add_argument("--session-timeout-ms", type=int, default=10_000,
+                   help="the leader drops the member after this long without a heartbeat; must lie within the "
+                        "server's --min/--max-session-timeout-ms (default 10000)")
+    p.add_argument("--heartbeat-interval-ms", type=int, default=3_000,
+                   help="how often the member heartbeats (with fresh lags); below the session timeout (default 3000)")
     p.add_argument("--apply-timeout-ms", type=int, default=30_000,
                    help="how long an acknowledging watcher may take to apply an assignment")
     p.add_argument("--state-dir", default=None, help="run the state cleaner on this state directory")
-    p.add_argument("--state-cleanup-delay-ms", type=int, default=600_000)
+    p.add_argument("--state-cleanup-delay-ms", type=int, default=600_000,
+                   help="with --state-dir: delete state of tasks unassigned for this long (default 600000)")
     p.add_argument("--log-level", default=os.environ.get("REMOTE_LEADER_LOG_LEVEL", "info"),
                    help="default $REMOTE_LEADER_LOG_LEVEL or info")
     p.add_argument("--log-format", choices=("json", "console"), default=os.environ.get("REMOTE_LEADER_LOG_FORMAT", "console"),
@@ -114,14 +118,17 @@ def _register_demo(subparsers) -> None:
     p = subparsers.add_parser("demo", help="a live KIP-441 scaling demo on loopback (exits by itself)",
                               description="Start a server and simulated workers on loopback and play KIP-441's "
                                           "Scaling Out and Scaling In (standbys lagging) scenarios.")
-    p.add_argument("--server", default=None, help="use this running server instead of starting one")
+    p.add_argument("--server", default=None,
+                   help="use this running server HOST:PORT instead of starting one; it needs short timings: "
+                        "serve --initial-rebalance-delay-ms 300 --min-session-timeout-ms 500 --min-probe-interval-ms 1000")
     p.add_argument("--restore-rate", type=int, default=10_000,
                    help="simulated restoration speed, offsets per second (default 10000)")
     p.add_argument("--changelog-offsets", type=int, default=60_000,
                    help="simulated changelog length per task (default 60000)")
-    p.add_argument("--acceptable-recovery-lag", type=int, default=2_000)
+    p.add_argument("--acceptable-recovery-lag", type=int, default=2_000,
+                   help="KIP-441 acceptable_recovery_lag: a replica this close is caught up, offsets (default 2000)")
     p.add_argument("--timeout-s", type=float, default=55.0, help="give up after this long (exit 1)")
-    p.add_argument("--log-level", default="error")
+    p.add_argument("--log-level", default="error", help="debug, info, warning, error or critical (default error)")
     p.set_defaults(func=run_demo)
 
 

@@ -47,15 +47,24 @@ from client.topology import StoreSpec, Subtopology, Topology
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
 
-SERVER_SETTINGS = {
-    # docs/interfaces.md, "Server settings": short timings so that the demo settles in seconds.
+#: docs/interfaces.md, "Server settings": short timings so that the demo settles in seconds. A
+#: server given with ``--server`` needs them too (a default server refuses the demo's 2 s sessions
+#: and probes at most once a minute).
+NEEDED_SERVER_SETTINGS = {
     "--initial-rebalance-delay-ms": "300",
     "--min-session-timeout-ms": "500",
     "--min-probe-interval-ms": "1000",
+}
+SERVER_SETTINGS = {
+    **NEEDED_SERVER_SETTINGS,
     "--metrics-port": "0",
     "--log-level": "warning",
     "--drain-timeout-s": "2",
 }
+
+
+def needed_flags() -> str:
+    return " ".join(f"{flag} {value}" for flag, value in NEEDED_SERVER_SETTINGS.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +299,7 @@ class Scene:
         task = self.progress.add_task(label, total=None)
         try:
             while True:
+                self._raise_member_errors()
                 group = await self.describe()
                 if group is not None and group.state == pb.GROUP_STATE_STABLE and group.generation_id != self.shown_generation \
                         and self._members_caught_up_to(group):
@@ -304,6 +314,15 @@ class Scene:
                 await asyncio.sleep(0.1)
         finally:
             self.progress.remove_task(task)
+
+    def _raise_member_errors(self) -> None:
+        """A member the server refused (a session timeout outside its bounds, most often) stops
+        for good: say so in one line, with the server flags the demo needs, instead of waiting."""
+        for name, worker in sorted(self.workers.items()):
+            error = worker.member.error if worker.member is not None else None
+            if error is not None:
+                raise RuntimeError(f"the server at {self.server} refused member {name} ({error}); the demo needs a "
+                                   f"server started with: remote-leader serve {needed_flags()}")
 
     def _members_caught_up_to(self, group: pb.GroupDescription) -> bool:
         """Every live simulated worker holds this generation's assignment (so the table is real)."""
@@ -513,7 +532,8 @@ async def run(options: DemoOptions) -> int:
             await scale_in(inn, deadline, checks, burst=max(4 * options.acceptable_recovery_lag, options.restore_rate // 2))
             await inn.close()
     except TimeoutError as error:
-        checks.append((False, f"timed out after {options.timeout_s:.0f} s while waiting for: {error}"))
+        hint = f" (is the server at {options.server} started with {needed_flags()}?)" if options.server else ""
+        checks.append((False, f"timed out after {options.timeout_s:.0f} s while waiting for: {error}{hint}"))
     except RuntimeError as error:
         console.print(f"[red]demo failed:[/] {error}")
         checks.append((False, str(error)))

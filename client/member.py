@@ -40,6 +40,7 @@ import structlog
 from assignor.model import AssignmentConfig, InvalidInput, Role, TaskId
 from client import codec
 from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, HostInfo, MemberAssignment, diff
+from client.coordinator import MOVED, CoordinatorLink
 from client.lags import LagInfo, LagSource
 from client.metadata import (
     ClusterMetadata,
@@ -249,9 +250,8 @@ class GroupMember:
         self.lag_source = lag_source
         self.lock = lock or StateCleanupLock()
         self._on_assignment = on_assignment
-        self._owns_channel = isinstance(target, str)
-        self._channel = open_channel(target) if isinstance(target, str) else target
-        self._stub = pb_grpc.GroupLeaderStub(self._channel)
+        # ``target``: a channel, or host:port[,host:port...] of one server or of several replicas.
+        self._link = CoordinatorLink(target, config.group_id, open_channel)
         self._rng = rng or random.Random(config.process_id)
         self._log = log.bind(group_id=config.group_id, process_id=config.process_id)
         self.member_id = ""
@@ -270,6 +270,15 @@ class GroupMember:
         self._rejoin_now = False
 
     # ---- public surface -------------------------------------------------------------------
+
+    @property
+    def _stub(self) -> pb_grpc.GroupLeaderStub:
+        """The stub of the replica that owns the group (client.coordinator)."""
+        return self._link.stub
+
+    @property
+    def _channel(self) -> grpc.aio.Channel:
+        return self._link.channel
 
     @property
     def assignment(self) -> MemberAssignment:
@@ -322,8 +331,16 @@ class GroupMember:
     async def route_query(self, store: str, *, key: Any = None, partition: int | None = None,
                           max_lag: int | None = None, serializer: Callable[[Any], bytes] | None = None,
                           partitioner: StreamPartitioner | None = None) -> RouteResult:
-        return await route_query(self._stub, self.config.group_id, self.config.topology, store, key=key,
-                                 partition=partition, max_lag=max_lag, serializer=serializer, partitioner=partitioner)
+        for _hop in range(3):
+            try:
+                return await route_query(self._stub, self.config.group_id, self.config.topology, store, key=key,
+                                         partition=partition, max_lag=max_lag, serializer=serializer, partitioner=partitioner)
+            except RoutingError as error:  # the group moved to another replica: ask its owner
+                if error.code not in ("ERROR_CODE_NOT_COORDINATOR", "ERROR_CODE_COORDINATOR_NOT_AVAILABLE"):
+                    raise
+                if not await self._link.rediscover():
+                    raise
+        raise RoutingError("ERROR_CODE_NOT_COORDINATOR", "the group's owner keeps moving")
 
     async def close(self, *, leave: bool = True, will_come_back: bool = False) -> None:
         """Stop. Leaves the group unless told not to, or unless this static member will come back
@@ -351,8 +368,7 @@ class GroupMember:
         self._set_state(MemberState.CLOSED)
         for queue in self._watchers:
             queue.put_nowait(None)
-        if self._owns_channel:
-            await self._channel.close()
+        await self._link.close()
 
     # ---- the protocol loop -----------------------------------------------------------------
 
@@ -444,9 +460,10 @@ class GroupMember:
                     raise self._fatal_rpc(error) from None
                 self._log.info("member.join.retry", code=error.code().name, attempt=attempt)
                 await self._backoff(attempt)
+                await self._link.rediscover()
                 attempt += 1
                 continue
-            if not await self._handle_code(joined.error_code, joined.error_message, "join", attempt):
+            if not await self._handle_code(joined.error_code, joined.error_message, "join", attempt, joined):
                 attempt += 1
                 continue
             self.member_id, self.generation = joined.member_id, joined.generation_id
@@ -468,20 +485,37 @@ class GroupMember:
                 if error.code() not in _TRANSIENT:
                     raise self._fatal_rpc(error) from None
                 await self._backoff(attempt)
+                await self._link.rediscover()
                 attempt += 1
                 continue
             if response.error_code == epb.ERROR_CODE_NONE:
                 return response.assignment
+            if response.error_code in MOVED:  # the group's new owner has the generation: sync there
+                await self._moved(response, attempt)
+                attempt += 1
+                continue
             await self._handle_code(response.error_code, response.error_message, "sync", attempt)
             return None
 
-    async def _handle_code(self, code: int, message: str, phase: str, attempt: int) -> bool:
+    async def _moved(self, response: Any, attempt: int) -> None:
+        """NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE: go to the owner it names, else find
+        it (client.coordinator); back off only when nobody knows yet (a takeover pending)."""
+        if self._link.follow(response.coordinator if response.HasField("coordinator") else None):
+            return
+        await self._backoff(attempt)
+        await self._link.rediscover()
+
+    async def _handle_code(self, code: int, message: str, phase: str, attempt: int, response: Any = None) -> bool:
         """True on NONE; otherwise adjust (reset member id, back off) and return False to rejoin."""
         if code == epb.ERROR_CODE_NONE:
             return True
         name = epb.ErrorCode.Name(code)
         if code in _FATAL:
             raise MemberError(name, message)
+        if code in MOVED and response is not None:
+            self._log.info(f"member.{phase}.moved", code=name, message=message)
+            await self._moved(response, attempt)
+            return False
         self._log.info(f"member.{phase}.rejoin", code=name, message=message)
         if code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID:
             self.member_id, self.generation = "", -1
@@ -558,6 +592,7 @@ class GroupMember:
                 if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
                     self._log.warning("member.heartbeat.session_lost", code=error.code().name)
                     return
+                await self._link.rediscover()
                 continue
             if response.error_code == epb.ERROR_CODE_NONE:
                 last_ok, attempt = time.monotonic(), 0
@@ -565,6 +600,12 @@ class GroupMember:
                         response.HasField("next_rebalance_ms")
                         and response.next_rebalance_ms != self._assignment.next_rebalance_ms):
                     self._note_next_rebalance(response.next_rebalance_ms if response.HasField("next_rebalance_ms") else None)
+                continue
+            if response.error_code in MOVED:  # keep heartbeating, at the group's owner
+                attempt += 1
+                if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
+                    return
+                await self._moved(response, attempt)
                 continue
             if not await self._handle_code(response.error_code, response.error_message, "heartbeat", attempt):
                 return

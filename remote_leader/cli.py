@@ -25,10 +25,13 @@ _COMMANDS = {
 
 
 def _register_assign(subparsers) -> None:
-    parser = subparsers.add_parser("assign", help="assign one scenario file (same as python -m assignor)")
-    parser.add_argument("scenario", help="scenario JSON file, or - for standard input")
-    parser.add_argument("--explain", action="store_true")
-    parser.add_argument("--indent", type=int, default=None)
+    parser = subparsers.add_parser("assign", help="assign one scenario file (same as python -m assignor)",
+                                   epilog="The scenario and result formats: docs/scenario-format.md.")
+    parser.add_argument("scenario", help="scenario JSON file (docs/scenario-format.md), or - for standard input")
+    parser.add_argument("--explain", action="store_true",
+                        help="add the assignor's reason for every placement and the rack-awareness report")
+    parser.add_argument("--indent", type=int, default=None,
+                        help="pretty-print the JSON with this many spaces per level (default: one line)")
 
     def run(args: argparse.Namespace) -> int:
         from assignor.__main__ import main as assign_main

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from remote_leader.v1 import group_leader_pb2
+from server.auth import Authenticator, Gate, JwtSettings, is_loopback
 from server.edge import GroupLeaderServicer, add_to_server
 from server.group import GroupSettings
 from server.limits import Limits
@@ -70,6 +71,16 @@ class Settings:
     rebalance_log_backups: int = 10
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    # docs/security.md: identity and authorization (all off by default)
+    tls_client_ca: Path | None = None
+    auth_token_file: Path | None = None
+    auth_jwt_key: Path | None = None
+    auth_jwt_algorithms: str = "RS256,ES256,EdDSA"
+    auth_jwt_audience: str = ""
+    auth_jwt_issuer: str = ""
+    acl_file: Path | None = None
+    metrics_host: str = ""
+    metrics_tls: bool = False
     log_level: str = "info"
     log_format: str = "json"
     event_loop: str = "auto"
@@ -100,6 +111,28 @@ class Settings:
     def replicated(self) -> bool:
         return self.store.startswith(("postgresql://", "postgres://"))
 
+    def gate(self, metrics: Metrics | None = None) -> Gate:
+        jwt = None
+        if self.auth_jwt_key:
+            jwt = JwtSettings(
+                Path(self.auth_jwt_key),
+                tuple(a.strip() for a in self.auth_jwt_algorithms.split(",") if a.strip()),
+                self.auth_jwt_audience or None,
+                self.auth_jwt_issuer or None,
+            )
+        authenticator = Authenticator(client_certificates=self.tls_client_ca is not None, token_file=self.auth_token_file, jwt=jwt)
+        return Gate(authenticator, self.acl_file, metrics)
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        """TLS from --tls-cert/--tls-key; with --tls-client-ca, client certificates signed by that
+        CA are required (mTLS)."""
+        if not (self.tls_cert and self.tls_key):
+            return None
+        ca = Path(self.tls_client_ca).read_bytes() if self.tls_client_ca else None
+        return grpc.ssl_server_credentials(
+            [(Path(self.tls_key).read_bytes(), Path(self.tls_cert).read_bytes())], root_certificates=ca, require_client_auth=ca is not None
+        )
+
     def group_settings(self) -> GroupSettings:
         return GroupSettings(
             min_session_timeout_ms=self.min_session_timeout_ms,
@@ -108,6 +141,10 @@ class Settings:
             min_probe_interval_ms=self.min_probe_interval_ms,
             early_probe=self.early_probe,
         )
+
+
+class ListenError(OSError):
+    """A port the server cannot listen on; the message names the address and its flag."""
 
 
 class LeaderServer:
@@ -124,6 +161,7 @@ class LeaderServer:
         self._metrics_http = None
         self.coordinator: Coordinator | None = None
         self.ownership: Ownership | None = None
+        self._started = False
 
     async def _serving(self, serving: bool) -> None:
         """A replica that cannot renew its leases reports NOT_SERVING until it can again."""
@@ -137,16 +175,29 @@ class LeaderServer:
         return AsyncioTimers(self.clock, lambda key, error: log.error("timer.failed", key=key, error=repr(error)))
 
     async def start(self) -> None:
+        """Bind the ports first, so that a busy address fails at once with nothing opened; on
+        any failure, close whatever did start (no thread left to keep the process alive)."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop(0)
+            raise
+
+    def _bind(self, server: grpc.aio.Server) -> None:
         s = self.settings
-        store: Store
-        if s.replicated:
-            self.ownership, store = await open_replicated(s.store, s.replica_id or default_replica_id(), s.lease_ms, self.metrics)
-        else:
-            store = GroupStore(Path(s.state_dir) / "state.db")
-        await store.open()
-        rebalance_log = RebalanceLog(Path(s.state_dir) / "rebalance-log", s.rebalance_log_max_bytes, s.rebalance_log_backups)
-        self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics)
-        self.coordinator.ownership = self.ownership
+        credentials = s.server_credentials()
+        try:
+            if credentials is not None:
+                self.port = server.add_secure_port(s.listen, credentials)
+            else:
+                self.port = server.add_insecure_port(s.listen)
+        except RuntimeError:  # grpc's "Failed to bind to address ...": a busy or foreign address
+            self.port = 0
+        if self.port == 0:
+            raise ListenError(f"cannot listen on {s.listen} (--listen): the address is in use or not on this host")
+
+    async def _start(self) -> None:
+        s = self.settings
         # A JoinGroup barrier parks one call per member: grpc's default max_pending_requests
         # (1,000 soft, 3,000 hard) would cancel the rest (docs/interfaces.md).
         options = [
@@ -157,35 +208,51 @@ class LeaderServer:
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)
-        add_to_server(GroupLeaderServicer(self.coordinator, s.limits()), server, self.metrics.internal_errors_seen)
+        self._bind(server)
+        self._server = server
+        store: Store
+        if s.replicated:
+            self.ownership, store = await open_replicated(s.store, s.replica_id or default_replica_id(), s.lease_ms, self.metrics)
+        else:
+            store = GroupStore(Path(s.state_dir) / "state.db")
+        await store.open()
+        rebalance_log = RebalanceLog(Path(s.state_dir) / "rebalance-log", s.rebalance_log_max_bytes, s.rebalance_log_backups)
+        self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics)
+        self.coordinator.ownership = self.ownership
+        gate = s.gate(self.metrics)
+        add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
         )
-        if s.tls_cert and s.tls_key:
-            credentials = grpc.ssl_server_credentials([(Path(s.tls_key).read_bytes(), Path(s.tls_cert).read_bytes())])
-            self.port = server.add_secure_port(s.listen, credentials)
-        else:
-            self.port = server.add_insecure_port(s.listen)
-        if self.port == 0:
-            raise OSError(f"cannot listen on {s.listen}")
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
-        self._server = server
         await self.coordinator.start()
-        address = advertised_address(s.advertise_address, s.listen, self.port)
-        self.coordinator.replica = ReplicaInfo(s.replica_id, address)
+        # Alone, FindCoordinator answers "me, at the address you used" unless told otherwise.
+        self.coordinator.replica = ReplicaInfo(s.replica_id, s.advertise_address)
         if self.ownership is not None:
+            address = advertised_address(s.advertise_address, s.listen, self.port)
             self.ownership.me = self.coordinator.replica = ReplicaInfo(self.ownership.me.replica_id, address)
             self.ownership.on_serving = self._serving
             await self.ownership.start(self.coordinator)
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if s.metrics_port:
-            host = s.listen.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
-            self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry)
+            host = s.metrics_host or s.listen.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
+            tls = {"certfile": str(s.tls_cert), "keyfile": str(s.tls_key)} if s.metrics_tls else {}
+            try:
+                self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry, **tls)
+            except OSError as error:
+                raise ListenError(f"cannot listen on {host}:{s.metrics_port} (--metrics-port): {error.strerror or error}") from None
             self.metrics_port = self._metrics_http.server_port
+        if not gate.enabled and not is_loopback(s.listen):
+            log.warning("server.unauthenticated", listen=s.listen,
+                        detail="listening beyond loopback with no authentication: anyone who reaches the port may "
+                               "join, leave or describe any group (docs/security.md)")
+        elif gate.enabled and s.acl_file is None:
+            log.warning("server.no_acl_file", detail="authentication is on but no --acl-file: every call is denied")
+        self._started = True
         log.info("server.started", listen=s.listen, port=self.port, state_dir=str(s.state_dir), metrics_port=self.metrics_port)
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -208,4 +275,6 @@ class LeaderServer:
                 self._metrics_http.shutdown()
                 self._metrics_http.server_close()
             self._metrics_http = None
-        log.info("server.stopped")
+        if self._started:
+            log.info("server.stopped")
+        self._started = False

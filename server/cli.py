@@ -36,6 +36,15 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--rebalance-log-backups", "rebalance_log_backups", "REMOTE_LEADER_REBALANCE_LOG_BACKUPS", int),
     ("--tls-cert", "tls_cert", "REMOTE_LEADER_TLS_CERT", Path),
     ("--tls-key", "tls_key", "REMOTE_LEADER_TLS_KEY", Path),
+    ("--tls-client-ca", "tls_client_ca", "REMOTE_LEADER_TLS_CLIENT_CA", Path),
+    ("--auth-token-file", "auth_token_file", "REMOTE_LEADER_AUTH_TOKEN_FILE", Path),
+    ("--auth-jwt-key", "auth_jwt_key", "REMOTE_LEADER_AUTH_JWT_KEY", Path),
+    ("--auth-jwt-algorithms", "auth_jwt_algorithms", "REMOTE_LEADER_AUTH_JWT_ALGORITHMS", str),
+    ("--auth-jwt-audience", "auth_jwt_audience", "REMOTE_LEADER_AUTH_JWT_AUDIENCE", str),
+    ("--auth-jwt-issuer", "auth_jwt_issuer", "REMOTE_LEADER_AUTH_JWT_ISSUER", str),
+    ("--acl-file", "acl_file", "REMOTE_LEADER_ACL_FILE", Path),
+    ("--metrics-host", "metrics_host", "REMOTE_LEADER_METRICS_HOST", str),
+    ("--metrics-tls", "metrics_tls", "REMOTE_LEADER_METRICS_TLS", lambda text: _boolean(text)),
     ("--log-level", "log_level", "REMOTE_LEADER_LOG_LEVEL", str),
     ("--log-format", "log_format", "REMOTE_LEADER_LOG_FORMAT", str),
     ("--event-loop", "event_loop", "REMOTE_LEADER_EVENT_LOOP", str),
@@ -53,10 +62,64 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--lease-ms", "lease_ms", "REMOTE_LEADER_LEASE_MS", int),
 ]
 _EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+#: What each flag means (docs/interfaces.md, "Server settings"); ``serve --help`` adds the
+#: environment variable and the default.
+_HELP: dict[str, str] = {
+    "--listen": "gRPC address HOST:PORT (0.0.0.0:PORT in containers; port 0 picks a free one)",
+    "--state-dir": "directory of the SQLite group state (state.db) and the rebalance log (rebalance-log/)",
+    "--metrics-port": "HTTP port of Prometheus /metrics and the live page, on the --listen host; 0 disables",
+    "--min-session-timeout-ms": "smallest session timeout a member may ask for, ms",
+    "--max-session-timeout-ms": "largest session timeout a member may ask for, ms",
+    "--initial-rebalance-delay-ms": "when a group is first formed, wait this long for more members, ms",
+    "--min-probe-interval-ms": "an early probe (every warm-up caught up) comes no sooner than this after the last rebalance, ms",
+    "--drain-timeout-s": "graceful shutdown: how long in-flight calls may finish, seconds",
+    "--max-pending-requests": "grpc max_pending_requests (and its hard limit): parked JoinGroup calls of all groups",
+    "--rebalance-log-max-bytes": "rotate the rebalance log at this size, bytes",
+    "--rebalance-log-backups": "rotated rebalance-log files kept",
+    "--tls-cert": "PEM certificate file; with --tls-key, serve gRPC over TLS",
+    "--tls-key": "PEM private key file; with --tls-cert, serve gRPC over TLS",
+    "--log-level": f"log level: {', '.join(_LOG_LEVELS)}",
+    "--log-format": "log lines as json (one object per line) or console (for people)",
+    "--event-loop": "auto (uvloop when installed), uvloop or asyncio",
+    "--store": "group state store: sqlite (one server) or a postgresql:// DSN (several replicas)",
+    "--replica-id": "with PostgreSQL: this replica's id (default: host name and a random suffix)",
+    "--advertise-address": "with PostgreSQL: HOST:PORT clients reach this replica at (default: from --listen)",
+    "--lease-ms": "with PostgreSQL: how long a replica's lease on a group lasts, ms",
+    "--tls-client-ca": "PEM CA: require client certificates it signed (mTLS; docs/security.md)",
+    "--auth-token-file": "YAML tokens: {TOKEN: PRINCIPAL} for bearer tokens, re-read on change",
+    "--auth-jwt-key": "key file that verifies bearer JWTs (principal = sub)",
+    "--auth-jwt-algorithms": "JWT algorithms accepted, comma-separated",
+    "--auth-jwt-audience": "required JWT aud",
+    "--auth-jwt-issuer": "required JWT iss",
+    "--acl-file": "YAML grants per principal and group pattern; deny by default once authentication is on",
+    "--metrics-host": "bind address of the HTTP port (/metrics); default: the host of --listen",
+    "--metrics-tls": "serve the HTTP port over HTTPS with --tls-cert/--tls-key: true or false",
+    "--max-message-bytes": "largest request grpc accepts, bytes (RESOURCE_EXHAUSTED beyond)",
+    "--max-partitions-per-topic": "largest partition_count of a source topic",
+    "--max-partitions-per-group": "partitions of all of a topology's source topics",
+    "--max-subtopologies": "subtopologies in a topology",
+    "--max-tasks-per-group": "tasks a topology forms (and entries of a lag report)",
+    "--max-members-per-group": "members of one group; a newcomer beyond it gets RESOURCE_EXHAUSTED",
+    "--max-groups": "groups on this server; a new group beyond it gets RESOURCE_EXHAUSTED",
+    "--max-tasks-per-assign": "tasks of one Assign problem (and of each client's lags and previous tasks)",
+    "--max-clients-per-assign": "clients of one Assign problem",
+    "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
+}
+_METAVARS = {"--log-level": "{" + ",".join(_LOG_LEVELS) + "}", "--log-format": "{json,console}",
+             "--event-loop": "{" + ",".join(_EVENT_LOOPS) + "}"}
 
 
 class SettingsError(ValueError):
     pass
+
+
+def _boolean(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value not in _BOOL_TRUE | _BOOL_FALSE:
+        raise ValueError(value)
+    return value in _BOOL_TRUE
 
 
 def settings_from(args: argparse.Namespace, environ: dict[str, str]):
@@ -74,7 +137,8 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]):
         try:
             values[name] = kind(raw)
         except (TypeError, ValueError):
-            raise SettingsError(f"{source}: expected {kind.__name__}, got {raw!r}") from None
+            expected = "true or false" if name == "metrics_tls" else kind.__name__
+            raise SettingsError(f"{source}: expected {expected}, got {raw!r}") from None
     early = args.early_probe
     if early is None and environ.get("REMOTE_LEADER_EARLY_PROBE", "") != "":
         text = environ["REMOTE_LEADER_EARLY_PROBE"].strip().lower()
@@ -103,6 +167,16 @@ def _check(s) -> None:
         raise SettingsError(f"--drain-timeout-s: must be >= 0, got {s.drain_timeout_s}")
     if bool(s.tls_cert) != bool(s.tls_key):
         raise SettingsError("--tls-cert/--tls-key: set both or neither")
+    if s.tls_client_ca and not s.tls_cert:
+        raise SettingsError("--tls-client-ca: needs --tls-cert and --tls-key (mTLS is TLS with client certificates)")
+    if s.metrics_tls and not s.tls_cert:
+        raise SettingsError("--metrics-tls: needs --tls-cert and --tls-key")
+    if s.acl_file and not (s.tls_client_ca or s.auth_token_file or s.auth_jwt_key):
+        raise SettingsError("--acl-file: needs a way to authenticate (--tls-client-ca, --auth-token-file or --auth-jwt-key)")
+    for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_token_file", "auth_jwt_key", "acl_file"):
+        path = getattr(s, name)
+        if path is not None and not Path(path).is_file():
+            raise SettingsError(f"--{name.replace('_', '-')}: no such file {str(path)!r}")
     if s.log_format not in ("json", "console"):
         raise SettingsError(f"--log-format: expected json or console, got {s.log_format!r}")
     if s.event_loop not in _EVENT_LOOPS:
@@ -155,9 +229,8 @@ async def _run_server(settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
-    except OSError as error:
+    except (OSError, ValueError) as error:  # a port taken, an unreadable or malformed auth file; start() closed what it opened
         print(f"remote-leader serve: {error}", file=sys.stderr)
-        await server.stop(0)
         return 1
     tune_garbage_collector()
     await stop.wait()
@@ -165,14 +238,36 @@ async def _run_server(settings) -> int:
     return 0
 
 
+#: NOT_COORDINATOR redirects a describe follows before it gives up (remote_leader.v1 errors).
+_MAX_REDIRECTS = 3
+_NOT_COORDINATOR = 16
+
+
 async def _query(address: str, method: str, request: Any) -> Any:
+    """One call; ``address`` may list several replicas (host:port,host:port): ListGroups asks
+    each and merges (each replica lists the groups it owns), other calls follow NOT_COORDINATOR
+    to the group's owner."""
     import grpc
 
     from remote_leader.v1 import group_leader_pb2_grpc
 
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
-        return await getattr(stub, method)(request, timeout=10)
+    addresses = [a.strip() for a in address.split(",") if a.strip()]
+    if method == "ListGroups" and len(addresses) > 1:
+        answers = [await _query(a, method, request) for a in addresses]
+        merged = answers[0]
+        for other in answers[1:]:
+            merged.groups.extend(other.groups)
+        return merged
+    target = addresses[0]
+    for _hop in range(_MAX_REDIRECTS + 1):
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
+            response = await getattr(stub, method)(request, timeout=10)
+        moved = getattr(response, "error_code", 0) == _NOT_COORDINATOR and response.HasField("coordinator")
+        if not moved or not response.coordinator.address or response.coordinator.address == target:
+            return response
+        target = response.coordinator.address
+    return response
 
 
 def _print_message(message: Any) -> None:
@@ -181,7 +276,10 @@ def _print_message(message: Any) -> None:
     print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True), indent=2, sort_keys=True))
 
 
-def _client_call(method: str, build) -> Any:
+def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | None = None) -> Any:
+    """``empty``: when its test holds for the answer, a line for people instead of JSON
+    (``groups`` on a new server)."""
+
     def run(args: argparse.Namespace) -> int:
         import grpc
 
@@ -190,7 +288,14 @@ def _client_call(method: str, build) -> Any:
         except grpc.aio.AioRpcError as error:
             print(f"remote-leader: {args.server}: {error.code().name}: {error.details()}", file=sys.stderr)
             return 1
-        _print_message(response)
+        try:
+            if empty is not None and empty[0](response):
+                print(empty[1].format(server=args.server))
+            else:
+                _print_message(response)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `describe G | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1 if getattr(response, "error_code", 0) else 0
 
     return run
@@ -212,19 +317,27 @@ def register(subparsers: Any) -> None:
     from server.app import Settings
 
     defaults = {f.name: f.default for f in fields(Settings)}
-    serve = subparsers.add_parser("serve", help="run the remote group leader (gRPC)")
+    serve = subparsers.add_parser("serve", help="run the remote group leader (gRPC)",
+                                  description="Run the remote group leader. Every flag falls back to the "
+                                              "environment variable named beside it (docs/interfaces.md).")
     for flag, name, env, _kind in _SETTINGS:
-        serve.add_argument(flag, dest=name, default=None, help=f"env {env}; default {defaults[name]}")
+        default = defaults[name] if defaults[name] not in (None, "") else "unset"
+        serve.add_argument(flag, dest=name, default=None, metavar=_METAVARS.get(flag),
+                           help=f"{_HELP.get(flag, '')} (env {env}; default {default})".strip())
     serve.add_argument("--early-probe", dest="early_probe", action="store_true", default=None,
-                       help="env REMOTE_LEADER_EARLY_PROBE; default true")
-    serve.add_argument("--no-early-probe", dest="early_probe", action="store_false")
+                       help="probe as soon as every warm-up is caught up (env REMOTE_LEADER_EARLY_PROBE; default true)")
+    serve.add_argument("--no-early-probe", dest="early_probe", action="store_false",
+                       help="probe only at the probing rebalance interval")
     serve.set_defaults(func=_serve)
 
     describe = subparsers.add_parser("describe", help="describe one group of a running server (JSON)")
-    describe.add_argument("group")
-    describe.add_argument("--server", default="127.0.0.1:50051", help="server address (default 127.0.0.1:50051)")
+    describe.add_argument("group", help="group id")
+    describe.add_argument("--server", default="127.0.0.1:50051",
+                          help="server address HOST:PORT, or several replicas a:p,b:p (default 127.0.0.1:50051)")
     describe.set_defaults(func=_client_call("DescribeGroup", _describe_request))
 
     groups = subparsers.add_parser("groups", help="list the groups of a running server (JSON)")
-    groups.add_argument("--server", default="127.0.0.1:50051", help="server address (default 127.0.0.1:50051)")
-    groups.set_defaults(func=_client_call("ListGroups", _groups_request))
+    groups.add_argument("--server", default="127.0.0.1:50051",
+                        help="server address HOST:PORT, or several replicas a:p,b:p (default 127.0.0.1:50051)")
+    groups.set_defaults(func=_client_call("ListGroups", _groups_request,
+                                          empty=(lambda r: not r.groups, "no groups on {server}")))

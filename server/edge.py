@@ -11,6 +11,7 @@ draining or still loading (UNAVAILABLE), raised in one place (``_guard``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import re
 import uuid
@@ -27,7 +28,9 @@ from assignor.scenario import parse_problem
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
-from server.failures import contain
+from server.auth import AuthError, Gate, Operation, check_member_call
+from server.auth import check_join as check_join_owner
+from server.failures import contain, decoder
 from server.limits import (
     OFF_LOOP_BYTES,
     LimitExceeded,
@@ -560,10 +563,22 @@ def _redirects(response_type: Any):
 
 
 class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
-    def __init__(self, coordinator: Coordinator, limits: Limits | None = None) -> None:
+    def __init__(self, coordinator: Coordinator, limits: Limits | None = None, gate: Gate | None = None) -> None:
         self._coordinator = coordinator
         self._host_maps = _HostMapCache()
         self.limits = limits or Limits()
+        self.gate = gate or Gate()
+
+    async def _admitted(self, context: grpc.aio.ServicerContext, method: str, principal: Any, call: Any) -> Any:
+        """Await a coordinator call whose admit check (run under the group's lock) may refuse it:
+        a full group or server, or an id that belongs to another principal."""
+        try:
+            return await call
+        except LimitExceeded as error:
+            await context.abort(error.code, str(error))
+        except AuthError as error:
+            self.gate.refuse(method, principal, error)
+            await context.abort(error.code, str(error))
 
     async def _guard(self, context: grpc.aio.ServicerContext, convert, *args: Any) -> Any:
         """The one place where contract faults become gRPC status codes."""
@@ -590,15 +605,17 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
 
     @_redirects(pb.JoinGroupResponse)
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
+        principal = await self.gate.check(context, "JoinGroup", Operation.MEMBER, request.group_id)
         domain = await self._guard_large(context, request, check_join, join_from_proto)
+        domain = dataclasses.replace(domain, principal=principal.name)
+        shutdown = domain.subscription.error_code == AssignorError.SHUTDOWN_REQUESTED
 
         def admit(group: Any, groups: int) -> None:
+            check_join_owner(group, principal, domain.member_id, domain.group_instance_id, domain.subscription.process_id,
+                             shutdown, owners=self.gate.enabled)
             check_group_capacity(self.limits, group, groups, domain.member_id, domain.group_instance_id)
 
-        try:
-            response = await self._coordinator.join(domain, admit)
-        except LimitExceeded as error:
-            await context.abort(error.code, str(error))
+        response = await self._admitted(context, "JoinGroup", principal, self._coordinator.join(domain, admit))
         return pb.JoinGroupResponse(
             error_code=int(response.error),
             error_message=response.message,
@@ -609,8 +626,11 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
 
     @_redirects(pb.SyncGroupResponse)
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse | bytes:
+        principal = await self.gate.check(context, "SyncGroup", Operation.MEMBER, request.group_id)
         group_id, member_id, instance = await self._guard(context, _member_fields, request)
-        response = await self._coordinator.sync(SyncGroupRequest(group_id, member_id, instance, request.generation_id))
+        response = await self._admitted(context, "SyncGroup", principal, self._coordinator.sync(
+            SyncGroupRequest(group_id, member_id, instance, request.generation_id),
+            lambda group, _n: check_member_call(group, principal, member_id, instance)))
         msg = pb.SyncGroupResponse(error_code=int(response.error), error_message=response.message)
         if response.assignment is None:
             return msg
@@ -624,8 +644,10 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             lags = lags_from_proto(msg.lags, "lags") if msg.HasField("lags") else None
             return HeartbeatRequest(group_id, member_id, instance, msg.generation_id, lags)
 
+        principal = await self.gate.check(context, "Heartbeat", Operation.MEMBER, request.group_id)
         domain = await self._guard_large(context, request, check_heartbeat, convert)
-        response = await self._coordinator.heartbeat(domain)
+        response = await self._admitted(context, "Heartbeat", principal, self._coordinator.heartbeat(
+            domain, lambda group, _n: check_member_call(group, principal, domain.member_id, domain.group_instance_id)))
         msg = pb.HeartbeatResponse(error_code=int(response.error), error_message=response.message)
         if response.next_rebalance_ms is not None:
             msg.next_rebalance_ms = response.next_rebalance_ms
@@ -633,12 +655,17 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
 
     @_redirects(pb.LeaveGroupResponse)
     async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
+        principal = await self.gate.check(context, "LeaveGroup", Operation.MEMBER, request.group_id)
         group_id, member_id, instance = await self._guard(context, _member_fields, request)
-        response = await self._coordinator.leave(LeaveGroupRequest(group_id, member_id, instance))
+        admin = self.gate.enabled and self.gate.authorize(principal, Operation.ADMIN, group_id)
+        response = await self._admitted(context, "LeaveGroup", principal, self._coordinator.leave(
+            LeaveGroupRequest(group_id, member_id, instance),
+            lambda group, _n: check_member_call(group, principal, member_id, instance, admin_may=admin)))
         return pb.LeaveGroupResponse(error_code=int(response.error), error_message=response.message)
 
     @_redirects(pb.DescribeGroupResponse)
     async def DescribeGroup(self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext) -> pb.DescribeGroupResponse:
+        await self.gate.check(context, "DescribeGroup", Operation.DESCRIBE, request.group_id)
         group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
         await self._coordinator.check_owner(group_id)
         view = self._coordinator.describe(group_id)
@@ -647,12 +674,14 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         return pb.DescribeGroupResponse(group=describe_to_proto(view))
 
     async def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext) -> pb.ListGroupsResponse:
+        principal = await self.gate.principal(context, "ListGroups")
         await self._guard(context, lambda: None)
         return pb.ListGroupsResponse(
             groups=[
                 pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation, member_count=g.member_count,
                                  owner=coordinator_to_proto(g.owner) if g.owner is not None else None)
                 for g in self._coordinator.list_groups()
+                if self.gate.authorize(principal, Operation.DESCRIBE, g.group_id)
             ]
         )
 
@@ -663,6 +692,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             except InvalidInput as error:
                 raise InvalidInput(f"problem.{error.field}", error.message) from None
 
+        await self.gate.check(context, "Assign", Operation.ASSIGN)
         await self._guard(context, check_assign, self.limits, request)
         try:  # parsing a large problem is Python work: off the event loop
             problem = await asyncio.to_thread(convert, request)
@@ -685,6 +715,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
                 raise InvalidInput("max_lag", f"must be >= 0, got {msg.max_lag}")
             return group_id, store, msg.partition, (msg.max_lag if msg.HasField("max_lag") else None)
 
+        await self.gate.check(context, "RouteQuery", Operation.MEMBER, request.group_id)
         group_id, store, partition, max_lag = await self._guard(context, convert, request)
         await self._coordinator.check_owner(group_id)
         answer = self._coordinator.route(group_id, store, partition, max_lag)
@@ -697,8 +728,10 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
                 entry.host.CopyFrom(pb.HostInfo(host=host.endpoint.host, port=host.endpoint.port))
         return msg
 
-
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext) -> pb.FindCoordinatorResponse:
+        # Authenticated callers only; no group ACL: the answer is a replica's address, no group
+        # data, and a member must find its group's owner to use the rights it has there.
+        await self.gate.principal(context, "FindCoordinator")
         group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
         replica = await self._coordinator.find_coordinator(group_id)
         return pb.FindCoordinatorResponse(coordinator=coordinator_to_proto(replica))
@@ -716,7 +749,7 @@ def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server, on_int
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
             contain(method.name, getattr(servicer, method.name), on_internal_error),
-            request_deserializer=message_factory.GetMessageClass(method.input_type).FromString,
+            request_deserializer=decoder(message_factory.GetMessageClass(method.input_type)),
             response_serializer=_serialize,
         )
         for method in service.methods

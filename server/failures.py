@@ -14,10 +14,31 @@ from typing import Any
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 
 log = structlog.get_logger(__name__)
 
 INTERNAL_MESSAGE = "internal error; the server logged the details"
+
+
+class Undecodable:
+    """What ``decoder`` hands a handler for bytes that are not a valid message: grpc would
+    answer UNKNOWN with the parser's text; ``contain`` answers INVALID_ARGUMENT instead."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def decoder(message_class: Any) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except DecodeError:
+            return Undecodable(message_class.DESCRIPTOR.full_name)
+
+    return decode
 
 
 def contain(
@@ -26,6 +47,8 @@ def contain(
     on_error: Callable[[str], None] | None = None,
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def contained(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, Undecodable):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {request.type_name} message")
         try:
             return await handler(request, context)
         except (asyncio.CancelledError, grpc.aio.AbortError):

@@ -147,6 +147,7 @@ class Member:
     synced: bool = False
     session_deadline_ms: int = 0
     session_armed: bool = False  # a session timer is set (at or before the deadline)
+    principal: str = ""  # who created it: only they may use its ids (server/auth.py)
 
     @classmethod
     def from_join(cls, request: JoinGroupRequest, member_id: str, now_ms: int) -> Member:
@@ -164,6 +165,7 @@ class Member:
             client_tags=MappingProxyType({}),
             lags=LagReport(),
             lags_updated_ms=now_ms,
+            principal=request.principal,
         )
         member.update(request, now_ms)
         return member

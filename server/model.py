@@ -261,6 +261,8 @@ class JoinGroupRequest:
     subscription: Subscription
     #: The id a new member gets; drawn by the edge so that the state machine stays deterministic.
     new_member_id: str = ""
+    #: The authenticated caller (server/auth.py); "" with authentication off.
+    principal: str = ""
 
 
 @dataclass(frozen=True, slots=True)

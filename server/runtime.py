@@ -288,6 +288,7 @@ class Coordinator:
             try:
                 async with self._group_locks.acquire(group_id):
                     group = self.groups.get(group_id)
+                    created = group is None
                     if admit is not None:
                         admit(group, len(self.groups))
                     if group is None:
@@ -298,6 +299,8 @@ class Coordinator:
                         group = self.groups[group_id] = Group(group_id, self.settings)
                     outcome = handler(group, call_id, self.clock.now_ms())
                     writes, replies = await self._apply(group, outcome.effects)
+                    if created and not group.members and group.generation == 0 and not writes:
+                        del self.groups[group_id]  # a refused first join leaves no empty group behind
             finally:
                 if member_id:
                     self._member_locks._exit(member_key)

@@ -158,6 +158,7 @@ def snapshot(group: Group) -> dict[str, Any]:
                 },
                 "lags_updated_ms": m.lags_updated_ms,
                 "shutdown_requested": m.shutdown_requested,
+                "principal": m.principal,
             }
             for m in sorted(group.members.values(), key=lambda m: m.member_id)
         ],
@@ -218,6 +219,7 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
             lags_updated_ms=raw["lags_updated_ms"],
             shutdown_requested=raw["shutdown_requested"],
             synced=True,
+            principal=raw.get("principal", ""),
         )
         group.members[member.member_id] = member
         if member.group_instance_id:

@@ -77,7 +77,7 @@ yaml.safe_dump_all(monitors, open(sys.argv[3], "w"), sort_keys=False)
 PY
 }
 
-for values in default ci/all-on-values.yaml; do
+for values in default ci/all-on-values.yaml ci/replicated-values.yaml; do
   args=()
   [ "$values" = default ] || args=(-f "$CHART/$values")
   echo "-- helm lint --strict ($values)"
@@ -89,7 +89,7 @@ for values in default ci/all-on-values.yaml; do
     echo "-- helm template ($values, Kubernetes $kube) | kubernetes-validate --strict"
     validate "$WORK/core.yaml" "the chart ($values)" "$kube"
     "$PYTHON" "$CHART/ci/check_contract.py" docs/interfaces.md < "$rendered"
-    if [ "$values" != default ]; then
+    if [ "$values" = ci/all-on-values.yaml ]; then
       "$PYTHON" "$CHART/ci/check_servicemonitor.py" < "$rendered"
     elif [ -s "$WORK/monitors.yaml" ] && grep -q ServiceMonitor "$WORK/monitors.yaml"; then
       echo "40-deploy: the default values render a ServiceMonitor (it needs the operator's CRDs: off by default)" >&2
@@ -109,6 +109,7 @@ refuse() {  # refuse "EXPECTED MESSAGE" HELM-ARGS...
   echo "   refused: $*"
 }
 refuse "maximum: got 2, want 1" --set replicaCount=2
+refuse "replication.enabled needs replication.dsnSecret.name" --set replication.enabled=true --set replicaCount=3
 refuse "tls.enabled needs tls.secretName" --set tls.enabled=true
 refuse "probes.kind grpc cannot check a TLS server" --set tls.enabled=true --set tls.secretName=t --set probes.kind=grpc
 refuse "set exactly one of minAvailable and maxUnavailable" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.maxUnavailable=1

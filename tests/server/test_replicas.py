@@ -158,3 +158,18 @@ async def test_a_replica_that_cannot_renew_stops_answering_for_its_groups(tmp_pa
         health = await health_pb2_grpc.HealthStub(first.channel).Check(health_pb2.HealthCheckRequest())
         assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
         await settle()
+
+
+async def test_the_cli_follows_not_coordinator_and_lists_every_replica(tmp_path, postgres_dsn):
+    from server.cli import _query
+
+    async with replica(tmp_path, postgres_dsn, "r1") as first, replica(tmp_path, postgres_dsn, "r2") as second:
+        found = await first.stub.FindCoordinator(pb.FindCoordinatorRequest(group_id="app"))
+        owner, other = (first, second) if found.coordinator.replica_id == "r1" else (second, first)
+        await stable_group(owner)
+        described = await _query(f"127.0.0.1:{other.server.port}", "DescribeGroup", pb.DescribeGroupRequest(group_id="app"))
+        assert described.error_code == epb.ERROR_CODE_NONE and len(described.group.members) == 2
+        assert described.group.owner.replica_id == found.coordinator.replica_id
+        both = f"127.0.0.1:{first.server.port},127.0.0.1:{second.server.port}"
+        listed = await _query(both, "ListGroups", pb.ListGroupsRequest())
+        assert [(g.group_id, g.owner.replica_id, g.owner.epoch) for g in listed.groups] == [("app", found.coordinator.replica_id, 1)]

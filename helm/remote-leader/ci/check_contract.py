@@ -21,6 +21,12 @@ import yaml
 
 READINESS_SERVICE = "remote_leader.v1.GroupLeader"
 TLS_VARIABLES = {"REMOTE_LEADER_TLS_CERT", "REMOTE_LEADER_TLS_KEY"}
+#: Set only when the feature is on (docs/security.md); their absence is the documented default.
+OPTIONAL_VARIABLES = {
+    "REMOTE_LEADER_TLS_CLIENT_CA", "REMOTE_LEADER_AUTH_TOKEN_FILE", "REMOTE_LEADER_AUTH_JWT_KEY",
+    "REMOTE_LEADER_AUTH_JWT_ALGORITHMS", "REMOTE_LEADER_AUTH_JWT_AUDIENCE", "REMOTE_LEADER_AUTH_JWT_ISSUER",
+    "REMOTE_LEADER_ACL_FILE", "REMOTE_LEADER_METRICS_HOST", "REMOTE_LEADER_METRICS_TLS",
+}
 
 
 def documented_variables(interfaces: str) -> set[str]:
@@ -50,7 +56,7 @@ def problems(documents: list[dict], documented: set[str]) -> list[str]:
         return ["no container named server"]
     env = {e["name"]: e.get("value") for e in server.get("env", []) if e["name"].startswith("REMOTE_LEADER_")}
     tls_on = bool(env.keys() & TLS_VARIABLES)  # one of the pair alone must show up as missing the other
-    expected = documented if tls_on else documented - TLS_VARIABLES
+    expected = (documented if tls_on else documented - TLS_VARIABLES) - OPTIONAL_VARIABLES
     if missing := sorted(expected - env.keys()):
         found.append(f"server env lacks {missing} (docs/interfaces.md)")
     if unknown := sorted(env.keys() - documented):

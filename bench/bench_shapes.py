@@ -1,0 +1,165 @@
+"""The assignor across group shapes: 1 to 500 subtopologies, fresh / scale-out / scale-in,
+0-2 standbys, with and without rack awareness, each row against an older assignor in the same run.
+
+    PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV          # a few minutes
+    PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --full   # every combination
+    PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --large                 # 5,000 x 100,000
+
+Groups come from ``bench.workloads.settled_then_joined``: a settled group (round-robin actives,
+caught up; standbys on the next clients, 30% lagging), then ``scale-out`` (10% of the clients are
+new), ``scale-in`` (10% left) or ``fresh`` (nobody ran anything). With racks, clients sit in 3
+racks in turn and every task reads one partition with replicas in two of them. The issue's shape
+is 200 subtopologies of 100 partitions, scale-out, 1 standby.
+
+Columns: ``assign s`` is the median of ``--repeat`` calls of ``assign`` in one fresh process
+(imports and building the domain objects excluded), range in brackets; ``RSS MB`` that
+process's peak; ``REV s`` / ``ratio``: the same row on the assignor of git revision REV, run
+just before in the same invocation, and this code's median over it. ``cli`` rows time
+``python -m assignor FILE`` end to end (process start, imports, JSON parsing, assignment,
+output) on the scenario written as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # bench.*, after PYTHONPATH's assignor
+
+from bench.baseline import THIS, assignor_roots, environment, run_row  # noqa: E402
+
+SUBTOPOLOGIES = (1, 10, 50, 200, 500)
+# (kind, scenario, subtopologies, clients, tasks, standbys, racks, strategy)
+DEFAULT_ROWS = [
+    *(("assign", "scale-out", s, 1000, 20_000, 1, 3, "none") for s in SUBTOPOLOGIES),
+    *(("assign", "scale-out", s, 500, 20_000, 1, 3, "balance_subtopology") for s in SUBTOPOLOGIES),
+    ("assign", "scale-out", 200, 500, 20_000, 1, 3, "min_traffic"),
+    ("assign", "fresh", 200, 500, 20_000, 1, 3, "balance_subtopology"),
+    ("assign", "fresh", 200, 1000, 20_000, 1, 0, "none"),
+    ("assign", "scale-in", 200, 1000, 20_000, 1, 0, "none"),
+    ("assign", "scale-out", 200, 1000, 20_000, 0, 0, "none"),
+    ("assign", "scale-out", 200, 1000, 20_000, 2, 0, "none"),
+    *(("cli", "scale-out", s, 1000, 20_000, 1, 3, "none") for s in (1, 200, 500)),
+]
+FULL_ROWS = [
+    ("assign", scenario, s, clients, 20_000, standbys, racks, strategy)
+    for scenario, s, standbys, (clients, racks, strategy) in itertools.product(
+        ("fresh", "scale-out", "scale-in"), SUBTOPOLOGIES, (0, 1, 2),
+        ((1000, 0, "none"), (500, 3, "balance_subtopology"), (500, 3, "min_traffic")))
+]
+LARGE_ROWS = [("assign", "scale-out", s, 5000, 100_000, 1, 0, "none") for s in (1, 200, 500)]
+
+
+def _group(scenario: str, subtopologies: int, clients: int, tasks: int, standbys: int, racks: int):
+    from bench.workloads import settled_then_joined
+
+    return settled_then_joined(clients, tasks, standbys, subtopologies=subtopologies, racks=racks,
+                               scenario=scenario)
+
+
+def _config(standbys: int, strategy: str):
+    from assignor.model import AssignmentConfig
+
+    return AssignmentConfig(num_standby_replicas=standbys, rack_aware_strategy=strategy)
+
+
+def time_assign(row: list, repeat: int) -> dict:
+    """In a fresh process: ``repeat`` calls of ``assign`` on the row's group."""
+    from assignor import assign
+
+    _, scenario, subtopologies, clients, tasks, standbys, racks, strategy = row
+    specs, members = _group(scenario, subtopologies, clients, tasks, standbys, racks)
+    config = _config(standbys, strategy)
+    assign(specs[:20], members[:3], config)  # warm the imports and the solver
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = assign(specs, members, config)
+        times.append(time.perf_counter() - started)
+    return {
+        "seconds": statistics.median(times), "range": [min(times), max(times)],
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "warmups": sum(len(a.warmup) for a in result.clients.values()),
+        "probing": result.probing_rebalance_needed,
+        "cross_rack": result.rack_awareness.cross_rack_after,
+    }
+
+
+def write_scenario(row: list, path: str) -> None:
+    from assignor.model import AssignmentProblem
+    from assignor.scenario import problem_to_document
+
+    _, scenario, subtopologies, clients, tasks, standbys, racks, strategy = row
+    specs, members = _group(scenario, subtopologies, clients, tasks, standbys, racks)
+    problem = AssignmentProblem(tuple(specs), tuple(members), _config(standbys, strategy))
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(problem_to_document(problem), handle)
+
+
+def time_cli(path: str, assignor_root: str, repeat: int) -> dict:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "assignor", path], check=True, stdout=subprocess.DEVNULL,
+                       env=environment(assignor_root), cwd=tempfile.gettempdir())
+        times.append(time.perf_counter() - started)
+    return {"seconds": statistics.median(times), "range": [min(times), max(times)], "rss_mb": None,
+            "warmups": None, "probing": None, "cross_rack": None}
+
+
+def measure(row: list, root: str, repeat: int, scenario_file: str) -> dict:
+    if row[0] == "cli":
+        return time_cli(scenario_file, root, repeat)
+    return run_row(__file__, [row, repeat], root)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", metavar="REV", help="also run each row on the assignor of git revision REV")
+    parser.add_argument("--repeat", type=int, default=3, help="calls per row (median shown)")
+    parser.add_argument("--full", action="store_true", help="every scenario x subtopologies x standbys x racks")
+    parser.add_argument("--large", action="store_true", help="only the 5,000 clients x 100,000 tasks rows")
+    parser.add_argument("--row", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.row:
+        row, repeat = json.loads(args.row)
+        print(json.dumps(time_assign(row, repeat)))
+        return 0
+    rows = LARGE_ROWS if args.large else FULL_ROWS if args.full else DEFAULT_ROWS
+    header = ["kind", "scenario", "subtopologies", "clients x tasks (standbys, racks)", "strategy", "s", "RSS MB",
+              "warm-ups", "probing", "cross-rack"]
+    if args.baseline:
+        header[6:6] = [f"{args.baseline} s", "ratio"]
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    with assignor_roots(args.baseline) as roots, tempfile.TemporaryDirectory() as scratch:
+        for row in rows:
+            kind, scenario, subtopologies, clients, tasks, standbys, racks, strategy = row
+            scenario_file = str(Path(scratch) / "scenario.json")
+            if kind == "cli":
+                write_scenario(list(row), scenario_file)
+            results = {name: measure(list(row), root, args.repeat, scenario_file) for name, root in roots.items()}
+            mine = results[THIS]
+            cells = [kind, scenario, str(subtopologies), f"{clients:,} x {tasks:,} ({standbys}, {racks})", strategy,
+                     f"{mine['seconds']:.2f} ({mine['range'][0]:.2f}–{mine['range'][1]:.2f})",
+                     "" if mine["rss_mb"] is None else f"{mine['rss_mb']:.0f}",
+                     "" if mine["warmups"] is None else str(mine["warmups"]),
+                     "" if mine["probing"] is None else str(mine["probing"]),
+                     "" if mine["cross_rack"] is None else f"{mine['cross_rack']:,}"]
+            if args.baseline:
+                base = results[args.baseline]
+                cells[6:6] = [f"{base['seconds']:.2f}", f"{mine['seconds'] / base['seconds']:.2f}"]
+            print(" | ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

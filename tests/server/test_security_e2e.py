@@ -1,0 +1,306 @@
+"""The attacks of issue 13, each against a real server on loopback with mTLS and ACLs
+(docs/security.md): every one fails for the attacker, and the victim's group is untouched.
+
+Principals: ``orders`` runs the victim group ``orders``; ``insider`` may be a member of
+``orders`` too (a second deployment sharing a grant), so that the per-member ownership rules are
+what stops it; ``stranger`` has no grant on ``orders`` at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+from remote_leader.tls import ClientTls
+from remote_leader.v1 import errors_pb2 as epb
+from remote_leader.v1 import group_leader_pb2 as pb
+from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
+from server.app import LeaderServer, Settings
+from server.timers import FakeClock
+from tests.pki import TestCa
+from tests.server.harness import Worker, rebalance, settle
+
+pytestmark = pytest.mark.asyncio
+
+ACL = """
+acls:
+  - principal: spiffe://corp/orders
+    operations: [member, describe]
+    group: orders
+  - principal: insider.corp
+    operations: [member, describe]
+    group: orders
+  - principal: stranger
+    operations: [member, describe]
+    group: stranger-
+    pattern: prefixed
+  - principal: ops
+    operations: [admin]
+    group: "*"
+  - principal: planner
+    operations: [assign]
+"""
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pki")
+    ca = TestCa(directory)
+    other = TestCa(directory / "other", "another CA")
+    return {
+        "ca": ca,
+        "server": ca.server(),
+        "orders": ca.issue("orders", cn="ignored-when-a-san-exists", uris=("spiffe://corp/orders",)),
+        "insider": ca.issue("insider", dns=("insider.corp",)),
+        "stranger": ca.issue("stranger", cn="stranger"),
+        "ops": ca.issue("ops", cn="ops"),
+        "planner": ca.issue("planner", cn="planner"),
+        "forged-orders": other.issue("forged", uris=("spiffe://corp/orders",)),
+    }
+
+
+@contextlib.asynccontextmanager
+async def secure_server(tmp_path: Path, pki, **settings):
+    acl = tmp_path / "acl.yaml"
+    acl.write_text(ACL)
+    values = {"listen": "127.0.0.1:0", "state_dir": tmp_path / "state", "metrics_port": 0, "min_session_timeout_ms": 1_000,
+              "drain_timeout_s": 1.0, "log_level": "warning", "tls_cert": pki["server"].cert, "tls_key": pki["server"].key,
+              "tls_client_ca": pki["ca"].cert, "acl_file": acl}
+    values.update(settings)
+    clock = FakeClock()
+    server = LeaderServer(Settings(**values), clock=clock)
+    await server.start()
+    channels: list[grpc.aio.Channel] = []
+
+    def stub_for(name: str) -> pb_grpc.GroupLeaderStub:
+        issued = pki[name]
+        tls = ClientTls(ca=pki["ca"].cert, cert=issued.cert, key=issued.key, server_name="localhost")
+        channel = tls.aio_channel(f"127.0.0.1:{server.port}")
+        channels.append(channel)
+        return pb_grpc.GroupLeaderStub(channel)
+
+    try:
+        yield server, clock, stub_for
+    finally:
+        for channel in channels:
+            await channel.close()
+        await server.stop(grace_s=0.5)
+
+
+async def _denied(call, request, code=grpc.StatusCode.PERMISSION_DENIED) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call(request)
+    assert caught.value.code() == code, caught.value
+    return caught.value.details()
+
+
+@contextlib.asynccontextmanager
+async def victim_group(tmp_path, pki):
+    """A Stable group ``orders`` of two members run by principal ``orders`` (one static)."""
+    async with secure_server(tmp_path, pki) as (server, clock, stub_for):
+        orders = stub_for("orders")
+        a = Worker(orders, group_id="orders")
+        b = Worker(orders, group_id="orders", instance_id="orders-b")
+        await rebalance(clock, [a, b], advance_ms=3_000)
+        yield server, clock, stub_for, (a, b)
+
+
+async def _untouched(a: Worker, b: Worker, generation: int) -> None:
+    for w in (a, b):
+        answer = await w.heartbeat()
+        assert answer.error_code == epb.ERROR_CODE_NONE, answer
+    described = await a.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="orders"))
+    assert described.group.generation_id == generation
+    assert sorted(m.member_id for m in described.group.members) == sorted([a.member_id, b.member_id])
+
+
+def _refusals(server, reason: str) -> float:
+    registry = server.metrics.registry
+    return sum(
+        s.value for metric in registry.collect() for s in metric.samples
+        if s.name == "remote_leader_requests_refused_total" and s.labels.get("reason") == reason
+    )
+
+
+async def test_a_stranger_cannot_list_or_describe_the_group(tmp_path, pki):
+    async with victim_group(tmp_path, pki) as (server, _clock, stub_for, (a, b)):
+        stranger = stub_for("stranger")
+        assert [g.group_id for g in (await stranger.ListGroups(pb.ListGroupsRequest())).groups] == []
+        details = await _denied(stranger.DescribeGroup, pb.DescribeGroupRequest(group_id="orders"))
+        assert details == "principal 'stranger' may not describe on group 'orders'"
+        assert [g.group_id for g in (await stub_for("ops").ListGroups(pb.ListGroupsRequest())).groups] == ["orders"]
+        assert _refusals(server, "acl") == 1
+        await _untouched(a, b, a.generation)
+
+
+async def test_leave_with_a_victims_member_id_is_refused(tmp_path, pki):
+    async with victim_group(tmp_path, pki) as (server, _clock, stub_for, (a, b)):
+        request = pb.LeaveGroupRequest(group_id="orders", member_id=a.member_id)
+        await _denied(stub_for("stranger").LeaveGroup, request)
+        details = await _denied(stub_for("insider").LeaveGroup, request)
+        assert details == f"member id {a.member_id!r} belongs to another principal"
+        await _untouched(a, b, a.generation)
+        sync = pb.SyncGroupRequest(group_id="orders", member_id=a.member_id, generation_id=a.generation)
+        await _denied(stub_for("insider").SyncGroup, sync)
+        beat = pb.HeartbeatRequest(group_id="orders", member_id=a.member_id, generation_id=a.generation)
+        await _denied(stub_for("insider").Heartbeat, beat)
+        assert _refusals(server, "member_id_owner") == 3
+
+
+async def test_joining_with_a_victims_process_id_is_refused(tmp_path, pki):
+    async with victim_group(tmp_path, pki) as (_server, _clock, stub_for, (a, b)):
+        thief = Worker(stub_for("insider"), group_id="orders", process_id=a.process_id)
+        details = await _denied(thief.stub.JoinGroup, thief.join_request())
+        assert details == f"process id {a.process_id} belongs to another principal"
+        await _untouched(a, b, a.generation)
+
+
+async def test_joining_with_a_victims_static_instance_id_is_refused(tmp_path, pki):
+    async with victim_group(tmp_path, pki) as (_server, _clock, stub_for, (a, b)):
+        thief = Worker(stub_for("insider"), group_id="orders", instance_id="orders-b")
+        details = await _denied(thief.stub.JoinGroup, thief.join_request())
+        assert details == "group_instance_id 'orders-b' belongs to another principal"
+        await _untouched(a, b, a.generation)
+
+
+async def test_a_newcomer_cannot_shut_the_application_down(tmp_path, pki):
+    async with victim_group(tmp_path, pki) as (_server, _clock, stub_for, (a, b)):
+        for name in ("insider", "orders"):  # not even the group's own principal, without a member id
+            request = Worker(stub_for(name), group_id="orders").join_request()
+            request.subscription.error_code = epb.ASSIGNOR_ERROR_SHUTDOWN_REQUESTED
+            details = await _denied(stub_for(name).JoinGroup, request)
+            assert "honoured only from a member of the current generation" in details
+        await _untouched(a, b, a.generation)
+
+
+async def test_route_query_into_a_foreign_group_is_refused(tmp_path, pki):
+    async with victim_group(tmp_path, pki) as (_server, _clock, stub_for, (a, b)):
+        await _denied(stub_for("stranger").RouteQuery, pb.RouteQueryRequest(group_id="orders", store="counts", partition=0))
+        answer = await a.stub.RouteQuery(pb.RouteQueryRequest(group_id="orders", store="counts", partition=0))
+        assert answer.error_code == epb.ERROR_CODE_NONE
+
+
+async def test_a_stranger_cannot_join_the_group(tmp_path, pki):
+    async with victim_group(tmp_path, pki) as (_server, _clock, stub_for, (a, b)):
+        stranger = Worker(stub_for("stranger"), group_id="orders")
+        await _denied(stranger.stub.JoinGroup, stranger.join_request())
+        await _untouched(a, b, a.generation)
+        own = Worker(stub_for("stranger"), group_id="stranger-app")
+        assert (await stub_for("stranger").ListGroups(pb.ListGroupsRequest())).groups == []
+        joining = own.stub.JoinGroup(own.join_request())
+        await settle()
+        assert [g.group_id for g in (await stub_for("stranger").ListGroups(pb.ListGroupsRequest())).groups] == ["stranger-app"]
+        joining.cancel()
+
+
+async def test_an_admin_may_evict_a_member(tmp_path, pki):
+    async with victim_group(tmp_path, pki) as (_server, _clock, stub_for, (a, b)):
+        answer = await stub_for("ops").LeaveGroup(pb.LeaveGroupRequest(group_id="orders", member_id=a.member_id))
+        assert answer.error_code == epb.ERROR_CODE_NONE
+        assert (await b.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+
+
+async def test_assign_needs_its_own_grant(tmp_path, pki):
+    problem = pb.AssignRequest()
+    problem.problem.tasks.add().id.partition = 0
+    problem.problem.clients.add(id="c1", threads=1)
+    async with secure_server(tmp_path, pki) as (_server, _clock, stub_for):
+        details = await _denied(stub_for("orders").Assign, problem)
+        assert details == "principal 'spiffe://corp/orders' may not assign"
+        answer = await stub_for("planner").Assign(problem)
+        assert [c.client_id for c in answer.result.clients] == ["c1"]
+
+
+async def test_a_certificate_from_another_ca_or_none_cannot_connect(tmp_path, pki):
+    async with secure_server(tmp_path, pki) as (server, _clock, _stub_for):
+        for tls in (
+            ClientTls(ca=pki["ca"].cert, server_name="localhost"),
+            ClientTls(ca=pki["ca"].cert, cert=pki["forged-orders"].cert, key=pki["forged-orders"].key, server_name="localhost"),
+        ):
+            async with tls.aio_channel(f"127.0.0.1:{server.port}") as channel:
+                stub = pb_grpc.GroupLeaderStub(channel)
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.ListGroups(pb.ListGroupsRequest(), timeout=5)
+                assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_ownership_survives_a_restart(tmp_path, pki):
+    async with secure_server(tmp_path, pki) as (_server, clock, stub_for):
+        a = Worker(stub_for("orders"), group_id="orders")
+        await rebalance(clock, [a], advance_ms=3_000)
+    async with secure_server(tmp_path, pki) as (_server, _clock, stub_for):
+        await _denied(stub_for("insider").LeaveGroup, pb.LeaveGroupRequest(group_id="orders", member_id=a.member_id))
+
+
+# ---- bearer tokens --------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def token_server(tmp_path: Path, **settings):
+    acl = tmp_path / "acl.yaml"
+    acl.write_text(ACL)
+    values = {"listen": "127.0.0.1:0", "state_dir": tmp_path / "state", "metrics_port": 0, "min_session_timeout_ms": 1_000,
+              "drain_timeout_s": 1.0, "log_level": "warning", "acl_file": acl}
+    values.update(settings)
+    server = LeaderServer(Settings(**values), clock=FakeClock())
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(grace_s=0.5)
+
+
+def _stub_with(server, token: str | None, tmp_path: Path) -> tuple[grpc.aio.Channel, pb_grpc.GroupLeaderStub]:
+    token_file = None
+    if token is not None:
+        token_file = tmp_path / f"client-token-{uuid.uuid4()}"
+        token_file.write_text(token + "\n")
+    channel = ClientTls(token_file=token_file).aio_channel(f"127.0.0.1:{server.port}")
+    return channel, pb_grpc.GroupLeaderStub(channel)
+
+
+async def test_bearer_tokens_from_a_file_that_is_reloaded(tmp_path, monkeypatch):
+    import server.auth
+
+    monkeypatch.setattr(server.auth, "RELOAD_CHECK_S", 0.0)
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n  0123456789abcdef-orders: spiffe://corp/orders\n")
+    async with token_server(tmp_path, auth_token_file=tokens) as leader:
+        for token, code in ((None, grpc.StatusCode.UNAUTHENTICATED), ("not-a-known-token-at-all", grpc.StatusCode.UNAUTHENTICATED)):
+            channel, stub = _stub_with(leader, token, tmp_path)
+            async with channel:
+                await _denied(stub.DescribeGroup, pb.DescribeGroupRequest(group_id="orders"), code)
+        channel, stub = _stub_with(leader, "0123456789abcdef-orders", tmp_path)
+        async with channel:
+            answer = await stub.DescribeGroup(pb.DescribeGroupRequest(group_id="orders"))
+            assert answer.error_code == epb.ERROR_CODE_GROUP_ID_NOT_FOUND  # authorized; no such group yet
+            tokens.write_text("tokens:\n  fedcba9876543210-orders: spiffe://corp/orders\n")
+            await _denied(stub.DescribeGroup, pb.DescribeGroupRequest(group_id="orders"), grpc.StatusCode.UNAUTHENTICATED)
+        assert _refusals(leader, "invalid_token") == 2
+        assert _refusals(leader, "no_credentials") == 1
+
+
+async def test_a_jwt_signed_with_the_configured_key(tmp_path):
+    jwt = pytest.importorskip("jwt")
+    import time
+
+    secret = "a-shared-secret-of-at-least-32-bytes!"
+    key = tmp_path / "jwt.key"
+    key.write_text(secret)
+    async with token_server(tmp_path, auth_jwt_key=key, auth_jwt_algorithms="HS256", auth_jwt_audience="remote-leader") as leader:
+        good = jwt.encode({"sub": "spiffe://corp/orders", "aud": "remote-leader", "exp": int(time.time()) + 60}, secret, algorithm="HS256")
+        forged = jwt.encode({"sub": "spiffe://corp/orders", "aud": "remote-leader", "exp": int(time.time()) + 60}, "x" * 40, algorithm="HS256")
+        expired = jwt.encode({"sub": "spiffe://corp/orders", "aud": "remote-leader", "exp": int(time.time()) - 60}, secret, algorithm="HS256")
+        channel, stub = _stub_with(leader, good, tmp_path)
+        async with channel:
+            answer = await stub.DescribeGroup(pb.DescribeGroupRequest(group_id="orders"))
+            assert answer.error_code == epb.ERROR_CODE_GROUP_ID_NOT_FOUND
+            await _denied(stub.DescribeGroup, pb.DescribeGroupRequest(group_id="other"))
+        for bad in (forged, expired):
+            channel, stub = _stub_with(leader, bad, tmp_path)
+            async with channel:
+                await _denied(stub.DescribeGroup, pb.DescribeGroupRequest(group_id="orders"), grpc.StatusCode.UNAUTHENTICATED)
