@@ -8,11 +8,14 @@ No I/O, no clock, no global randomness: the same problem gives the same result.
 from __future__ import annotations
 
 import gc
+import importlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from assignor.lag import Lag
 from assignor.model import (
     LATEST,
     UNKNOWN,
@@ -40,14 +43,31 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
            standby_choice: StandbyChoice | None = None) -> AssignmentResult:
     """``standby_choice`` overrides how standby targets are formulated
     (``assignor.target.standby_formulations``, the default); tests force one."""
-    from assignor import high_availability, sticky
     from assignor.target import standby_formulations
 
-    choice = standby_choice or standby_formulations
+    strategy = STRATEGIES[config.assignor]
     with _collector_paused():
-        if config.assignor == AssignorKind.STICKY:
-            return sticky.assign(tasks, clients, config, choice)
-        return high_availability.assign(tasks, clients, config, choice)
+        return strategy.assign(tasks, clients, config, standby_choice or standby_formulations)
+
+
+class _Strategy:
+    """An assignor kind's implementation, by module name, imported on first use (the package
+    stays cheap to import for callers that only read its model)."""
+
+    def __init__(self, module: str) -> None:
+        self._module = module
+
+    @property
+    def assign(self):
+        return importlib.import_module(self._module).assign
+
+
+# The assignment strategies, registered once: ``config.assignor`` picks one; the gRPC edge,
+# the worker's codec and the scenario contract accept exactly these kinds.
+STRATEGIES: Mapping[AssignorKind, _Strategy] = MappingProxyType({
+    AssignorKind.HIGH_AVAILABILITY: _Strategy("assignor.high_availability"),
+    AssignorKind.STICKY: _Strategy("assignor.sticky"),
+})
 
 
 _pause_lock = threading.Lock()
@@ -85,7 +105,7 @@ def solve(problem: AssignmentProblem) -> AssignmentResult:
 
 
 __all__ = [
-    "LATEST", "UNKNOWN", "AssignmentConfig", "AssignmentProblem", "AssignmentResult", "AssignorKind",
+    "LATEST", "UNKNOWN", "Lag", "AssignmentConfig", "AssignmentProblem", "AssignmentResult", "AssignorKind",
     "ClientAssignment", "ClientState", "InvalidInput", "RackAwareStrategy", "Reason", "ReasonCode", "Role",
-    "TaskId", "TaskSpec", "TopicPartition", "assign", "solve",
+    "STRATEGIES", "TaskId", "TaskSpec", "TopicPartition", "assign", "solve",
 ]

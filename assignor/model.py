@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
+from assignor.lag import MAX_ACCEPTABLE_RECOVERY_LAG as MAX_ACCEPTABLE_RECOVERY_LAG
+from assignor.lag import RUNNING, Lag
+from assignor.lag import UNKNOWN as UNKNOWN
+
 
 class InvalidInput(ValueError):
     """Input that breaks the contract; ``field`` names the offending field (scenario.md, Input)."""
@@ -47,14 +51,11 @@ class TaskId(NamedTuple):
         return cls(int(head), int(tail))
 
 
-# Special lag values (scenario.md, "lags"). Kafka Streams reports a running, caught-up active
-# as "latest"; "unknown" means the client has state for the task but cannot tell how much.
-LATEST: Final = -1
-UNKNOWN: Final = -2
+# The two lags that are not a number of offsets (scenario.md, "lags"; ``assignor.lag``): Kafka
+# Streams reports a running, caught-up active as "latest"; "unknown" means the client has state
+# for the task but cannot tell how much.
+LATEST: Final = RUNNING
 
-# The largest acceptable_recovery_lag: "max long" (an int64 on the wire). At this value every
-# client is caught up on every task, even one whose changelog size is unknown.
-MAX_ACCEPTABLE_RECOVERY_LAG: Final = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +94,8 @@ class TaskSpec:
 class ClientState:
     """One member's report: capacity, location, what it ran before and how far behind it is.
 
-    ``lags`` maps a task to an offset lag >= 0, ``LATEST`` or ``UNKNOWN``; a stateful task
-    missing from it means the client has no state for it.
+    ``lags`` maps a task to its ``Lag`` (a plain integer given here means that many offsets);
+    a stateful task missing from it means the client has no state for it.
     """
 
     id: str
@@ -103,7 +104,24 @@ class ClientState:
     tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     prev_active: frozenset[TaskId] = frozenset()
     prev_standby: frozenset[TaskId] = frozenset()
-    lags: Mapping[TaskId, int] = field(default_factory=lambda: MappingProxyType({}))
+    lags: Mapping[TaskId, Lag] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_report(cls, client_id: str, lags: Mapping[TaskId, Lag], *, threads: int = 1, rack: str | None = None,
+                    tags: Mapping[str, str] = MappingProxyType({})) -> ClientState:
+        """A member as its lag report shows it. KIP-441 "Rebalance Metadata": task lags subsume
+        PrevTasks and StandbyTasks: a running task was its active, any other state a standby."""
+        return cls(
+            id=client_id, threads=threads, rack=rack, tags=tags,
+            prev_active=frozenset(task for task, lag in lags.items() if lag.running),
+            prev_standby=frozenset(task for task, lag in lags.items() if not lag.running),
+            lags=MappingProxyType(dict(lags)),
+        )
+
+    def __post_init__(self) -> None:
+        lags = self.lags
+        if any(type(lag) is not Lag for lag in lags.values()):
+            object.__setattr__(self, "lags", MappingProxyType({t: Lag.coerce(lag) for t, lag in lags.items()}))
 
 
 class AssignorKind(enum.StrEnum):

@@ -12,14 +12,19 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from assignor.lag import Lag
 from assignor.model import (
-    LATEST,
-    UNKNOWN,
     AssignmentConfig,
     AssignmentProblem,
     AssignmentResult,
+    ClientAssignment,
     ClientState,
     InvalidInput,
+    RackAwareReport,
+    RackAwareStrategy,
+    Reason,
+    ReasonCode,
+    Role,
     TaskId,
     TaskSpec,
     TopicPartition,
@@ -193,7 +198,7 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
     return tuple(sorted(clients, key=lambda client: client.id))
 
 
-def _parse_lags(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> dict[TaskId, int]:
+def _parse_lags(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> dict[TaskId, Lag]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -204,16 +209,10 @@ def _parse_lags(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> dict[
         task_id = TaskId.parse(text, here)
         if task_id not in tasks:
             raise InvalidInput(here, f"unknown task {task_id}")
-        if value == "latest":
-            lags[task_id] = LATEST
-        elif value == "unknown":
-            lags[task_id] = UNKNOWN
-        elif isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidInput(here, f"expected a non-negative integer, 'latest' or 'unknown', got {value!r}")
-        elif value < 0:
-            raise InvalidInput(here, f"lag must be >= 0, got {value}")
-        else:
-            lags[task_id] = value
+        try:
+            lags[task_id] = Lag.from_json(value)
+        except ValueError as error:
+            raise InvalidInput(here, str(error)) from None
     return lags
 
 
@@ -250,21 +249,13 @@ def _task_to_document(spec: TaskSpec) -> dict[str, Any]:
     return document
 
 
-def _lag_to_json(lag: int) -> int | str:
-    if lag == LATEST:
-        return "latest"
-    if lag == UNKNOWN:
-        return "unknown"
-    return lag
-
-
 def _client_to_document(client: ClientState) -> dict[str, Any]:
     document: dict[str, Any] = {
         "id": client.id,
         "threads": client.threads,
         "prev_active": [str(t) for t in sorted(client.prev_active)],
         "prev_standby": [str(t) for t in sorted(client.prev_standby)],
-        "lags": {str(t): _lag_to_json(lag) for t, lag in sorted(client.lags.items())},
+        "lags": {str(t): lag.to_json() for t, lag in sorted(client.lags.items())},
     }
     if client.rack is not None:
         document["rack"] = client.rack
@@ -308,3 +299,77 @@ def result_to_document(result: AssignmentResult, *, explain: bool = False) -> di
             "cross_rack_after": report.cross_rack_after,
         }
     return document
+
+
+def parse_result(document: Any, where: str = "output") -> AssignmentResult:
+    """The inverse of ``result_to_document``, for every reader of a result document (the
+    store's snapshots, the rebalance log, the simulator's logged starts). Fields the writer
+    may leave out take their defaults (``reasons``, ``rack_awareness`` without ``explain``);
+    a field of the wrong shape raises ``InvalidInput`` naming it under ``where``."""
+    if not isinstance(document, Mapping):
+        raise InvalidInput(where, "expected a result document (an object)")
+    raw_clients = document.get("clients")
+    if not isinstance(raw_clients, Mapping):
+        raise InvalidInput(f"{where}.clients", "expected an object of client assignments")
+    clients = {}
+    for client_id, roles in raw_clients.items():
+        here = f"{where}.clients.{client_id}"
+        if not isinstance(roles, Mapping):
+            raise InvalidInput(here, "expected an object")
+        clients[client_id] = ClientAssignment(
+            *(tuple(_parse_result_tasks(roles.get(role), f"{here}.{role}")) for role in ("active", "standby", "warmup"))
+        )
+    probing = document.get("probing_rebalance_needed", False)
+    if not isinstance(probing, bool):
+        raise InvalidInput(f"{where}.probing_rebalance_needed", f"expected true or false, got {probing!r}")
+    followup = document.get("followup_rebalance_ms")
+    if followup is not None and (isinstance(followup, bool) or not isinstance(followup, int)):
+        raise InvalidInput(f"{where}.followup_rebalance_ms", f"expected milliseconds or null, got {followup!r}")
+    return AssignmentResult(
+        clients=MappingProxyType(clients),
+        probing_rebalance_needed=probing,
+        followup_rebalance_ms=followup,
+        reasons=_parse_reasons(document.get("reasons") or (), f"{where}.reasons"),
+        rack_awareness=_parse_rack_report(document.get("rack_awareness") or {}, f"{where}.rack_awareness"),
+    )
+
+
+def _parse_result_tasks(raw: Any, where: str) -> list[TaskId]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidInput(where, "expected a list of task ids")
+    return sorted(TaskId.parse(text, f"{where}[{index}]") for index, text in enumerate(raw))
+
+
+def _parse_reasons(raw: Any, where: str) -> tuple[Reason, ...]:
+    if not isinstance(raw, list | tuple):
+        raise InvalidInput(where, "expected a list of reasons")
+    reasons = []
+    for index, item in enumerate(raw):
+        here = f"{where}[{index}]"
+        if not isinstance(item, Mapping):
+            raise InvalidInput(here, "expected an object")
+        try:
+            reasons.append(Reason(TaskId.parse(item.get("task"), f"{here}.task"), item.get("client"),
+                                  Role(item.get("role")), ReasonCode(item.get("code")), item.get("detail", "")))
+        except ValueError as error:
+            if isinstance(error, InvalidInput):
+                raise
+            raise InvalidInput(here, str(error)) from None
+    return tuple(reasons)
+
+
+def _parse_rack_report(raw: Any, where: str) -> RackAwareReport:
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(where, "expected an object")
+    try:
+        return RackAwareReport(
+            strategy=RackAwareStrategy(raw.get("strategy", "none")),
+            enabled=bool(raw.get("enabled", False)),
+            disabled_reason=str(raw.get("disabled_reason", "")),
+            cross_rack_before=int(raw.get("cross_rack_before", 0)),
+            cross_rack_after=int(raw.get("cross_rack_after", 0)),
+        )
+    except (TypeError, ValueError) as error:
+        raise InvalidInput(where, str(error)) from None

@@ -73,9 +73,9 @@ def timing_table(rows) -> None:
 
 def join_settled_group(old_clients: int, task_count: int, standbys: int = 1, max_warmups: int = 2) -> dict:
     """One fresh instance joins a settled group; count probing rebalances and relocations."""
+    from assignor.convergence import settle
     from assignor.model import AssignmentConfig, ClientState
     from bench.workloads import tasks_of
-    from tests.assignor.convergence import settle
 
     specs = tasks_of(task_count, subtopologies=10, stateful_share=0.8)
     config = AssignmentConfig(num_standby_replicas=standbys, max_warmup_replicas=max_warmups)
@@ -137,7 +137,7 @@ def floor_sweep() -> None:
 
 
 def random_scaling_rounds(scenarios: int) -> None:
-    from tests.assignor.convergence import settle, settle_bound
+    from assignor.convergence import settle, settle_bound
     from tests.assignor.test_convergence import _random_group, _scaling_event
 
     rounds = []

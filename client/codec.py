@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from assignor import STRATEGIES
+from assignor.lag import Lag
 from assignor.model import AssignmentConfig, TaskId
 from client.assignment import HostInfo, MemberAssignment
 from client.topology import Topology
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
 
-_ASSIGNOR = {"high_availability": apb.ASSIGNOR_KIND_HIGH_AVAILABILITY, "sticky": apb.ASSIGNOR_KIND_STICKY}
+# Each registered assignor kind (assignor.STRATEGIES) is the wire's ASSIGNOR_KIND_<NAME>.
+_ASSIGNOR = {kind: apb.AssignorKind.Value(f"ASSIGNOR_KIND_{kind.name}") for kind in STRATEGIES}
 _RACK_STRATEGY = {
     "none": apb.RACK_AWARE_STRATEGY_NONE,
     "min_traffic": apb.RACK_AWARE_STRATEGY_MIN_TRAFFIC,
@@ -55,7 +58,7 @@ def topology_to_proto(topology: Topology) -> pb.Topology:
 
 def config_to_proto(config: AssignmentConfig) -> apb.AssignmentConfig:
     message = apb.AssignmentConfig(
-        assignor=_ASSIGNOR[config.assignor.value],
+        assignor=_ASSIGNOR[config.assignor],
         acceptable_recovery_lag=config.acceptable_recovery_lag,
         max_warmup_replicas=config.max_warmup_replicas,
         num_standby_replicas=config.num_standby_replicas,
@@ -71,11 +74,11 @@ def config_to_proto(config: AssignmentConfig) -> apb.AssignmentConfig:
     return message
 
 
-def task_lags_to_proto(lags: Mapping[TaskId, int]) -> list[apb.TaskLag]:
-    return [apb.TaskLag(task=task_to_proto(task), lag=lag) for task, lag in sorted(lags.items())]
+def task_lags_to_proto(lags: Mapping[TaskId, Lag]) -> list[apb.TaskLag]:
+    return [apb.TaskLag(task=task_to_proto(task), lag=lag.to_wire()) for task, lag in sorted(lags.items())]
 
 
-def lag_report(lags: Mapping[TaskId, int]) -> pb.LagReport:
+def lag_report(lags: Mapping[TaskId, Lag]) -> pb.LagReport:
     return pb.LagReport(task_lags=task_lags_to_proto(lags))
 
 

@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, AssignmentConfig, InvalidInput, TaskId
 from client import codec
 from client.assignment import AssignmentChange, HostInfo
@@ -161,8 +162,8 @@ class SimulatedWorker:
             if task in self.active and self.position[task] >= end:
                 self.running.add(task)
 
-    def task_lags(self) -> Mapping[TaskId, int]:
-        return {task: LATEST if task in self.running else int(self.changelogs.end[task] - position)
+    def task_lags(self) -> Mapping[TaskId, Lag]:
+        return {task: LATEST if task in self.running else Lag.behind(int(self.changelogs.end[task] - position))
                 for task, position in sorted(self.position.items())}
 
     def store_partition_lags(self) -> Mapping[str, Mapping[int, LagInfo]]:
@@ -341,20 +342,20 @@ def name_of(member: pb.MemberDescription) -> str:
     return member.group_instance_id if member.HasField("group_instance_id") else member.process_id[:8]
 
 
-def _lags(member: pb.MemberDescription) -> dict[TaskId, int]:
-    return {codec.task_from_proto(entry.task): entry.lag for entry in member.lags}
+def _lags(member: pb.MemberDescription) -> dict[TaskId, Lag]:
+    return {codec.task_from_proto(entry.task): Lag.from_wire(entry.lag) for entry in member.lags}
 
 
-def _format(task: TaskId, lag: int | None, acceptable: int, *, active: bool = False) -> str:
+def _format(task: TaskId, lag: Lag | None, acceptable: int, *, active: bool = False) -> str:
     if lag is None:
         return str(task) if active else f"{task} [dim](no state yet)[/]"
-    if lag == LATEST or (active and 0 <= lag <= acceptable):
+    if lag.running or (active and lag.within(acceptable)):
         return str(task) if active else f"{task} [green]✓[/]"
     if lag == UNKNOWN:
         return f"{task} [yellow](lag ?)[/]"
-    if lag <= acceptable:
-        return f"{task} [green]✓ lag {lag:,}[/]"
-    return f"{task} [red]lag {lag:,}[/]" + (" [red]restoring[/]" if active else "")
+    if lag.within(acceptable):
+        return f"{task} [green]✓ lag {lag.offsets:,}[/]"
+    return f"{task} [red]lag {lag.offsets:,}[/]" + (" [red]restoring[/]" if active else "")
 
 
 def render_group(group: pb.GroupDescription, acceptable: int, since: float | None) -> Table:

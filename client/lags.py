@@ -24,6 +24,7 @@ from typing import Protocol
 
 import structlog
 
+from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, TaskId
 from client.state import ChangelogPartition, StateDirectory
 from client.topology import Topology
@@ -46,8 +47,8 @@ class LagInfo:
 class LagSource(Protocol):
     """What the member asks each time it reports lags (JoinGroup, heartbeats, KIP-535 queries)."""
 
-    def task_lags(self) -> Mapping[TaskId, int]:
-        """Every task with local state: an offset lag >= 0, ``LATEST`` or ``UNKNOWN``."""
+    def task_lags(self) -> Mapping[TaskId, Lag]:
+        """Every task with local state: offsets behind, ``LATEST`` (running) or ``UNKNOWN``."""
 
     def store_partition_lags(self) -> Mapping[str, Mapping[int, LagInfo]]:
         """store name -> partition -> LagInfo, for every store partition with local state."""
@@ -132,15 +133,15 @@ class CheckpointLagSource:
             positions[task] = (infos, task in running)
         return positions
 
-    def task_lags(self) -> Mapping[TaskId, int]:
-        lags: dict[TaskId, int] = {}
+    def task_lags(self) -> Mapping[TaskId, Lag]:
+        lags: dict[TaskId, Lag] = {}
         for task, (infos, running) in self._positions().items():
             if running:
                 lags[task] = LATEST
             elif infos is None:
                 lags[task] = UNKNOWN
             else:
-                lags[task] = sum(info.offset_lag for info in infos.values())
+                lags[task] = Lag.behind(sum(info.offset_lag for info in infos.values()))
         return lags
 
     def store_partition_lags(self) -> Mapping[str, Mapping[int, LagInfo]]:
@@ -152,20 +153,21 @@ class CheckpointLagSource:
 
 
 class StaticLagSource:
-    """Lags given by the worker directly (a sidecar's ``ReportLags``, a simulation, a test)."""
+    """Lags given by the worker directly (a sidecar's ``ReportLags``, a simulation, a test); a
+    plain integer given is that many offsets."""
 
-    def __init__(self, task_lags: Mapping[TaskId, int] | None = None,
+    def __init__(self, task_lags: Mapping[TaskId, Lag | int] | None = None,
                  store_lags: Mapping[str, Mapping[int, LagInfo]] | None = None) -> None:
-        self._task_lags = dict(task_lags or {})
+        self._task_lags = {task: Lag.coerce(lag) for task, lag in (task_lags or {}).items()}
         self._store_lags = {store: dict(parts) for store, parts in (store_lags or {}).items()}
 
-    def update(self, task_lags: Mapping[TaskId, int],
+    def update(self, task_lags: Mapping[TaskId, Lag | int],
                store_lags: Mapping[str, Mapping[int, LagInfo]] | None = None) -> None:
-        self._task_lags = dict(task_lags)
+        self._task_lags = {task: Lag.coerce(lag) for task, lag in task_lags.items()}
         if store_lags is not None:
             self._store_lags = {store: dict(parts) for store, parts in store_lags.items()}
 
-    def task_lags(self) -> Mapping[TaskId, int]:
+    def task_lags(self) -> Mapping[TaskId, Lag]:
         return dict(self._task_lags)
 
     def store_partition_lags(self) -> Mapping[str, Mapping[int, LagInfo]]:

@@ -37,6 +37,7 @@ from typing import Any
 import grpc
 import structlog
 
+from assignor.lag import Lag
 from assignor.model import AssignmentConfig, InvalidInput, Role, TaskId
 from client import codec
 from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, HostInfo, MemberAssignment, diff
@@ -556,7 +557,7 @@ class GroupMember:
             self._version = min(message.commonly_supported_version, LATEST_SUPPORTED_VERSION)
             self._rejoin_now = True
 
-    def _heartbeat_lags(self) -> Mapping[TaskId, int]:
+    def _heartbeat_lags(self) -> Mapping[TaskId, Lag]:
         """Fresh lags of the assigned tasks: restoring actives, standbys and warm-ups with their
         offsets, running actives as LATEST. They feed RouteQuery and the leader's early probe."""
         try:

@@ -24,6 +24,7 @@ import grpc
 import structlog
 import yaml
 
+from assignor.lag import Lag
 from assignor.model import AssignmentConfig, InvalidInput, TaskId
 from client import codec
 from client.assignment import AssignmentChange, MemberAssignment
@@ -94,7 +95,7 @@ class SidecarLagSource:
         self.checkpoints = None if directory is None else CheckpointLagSource(
             topology, directory, lambda wanted: self.end_offsets, lambda: self.running)
 
-    def update(self, task_lags: Mapping[TaskId, int], store_lags: Mapping[str, Mapping[int, LagInfo]],
+    def update(self, task_lags: Mapping[TaskId, Lag], store_lags: Mapping[str, Mapping[int, LagInfo]],
                end_offsets: Mapping[tuple[str, int], int], running: frozenset[TaskId]) -> None:
         self.explicit = bool(task_lags) or self.checkpoints is None
         self.reported.update(task_lags, store_lags)
@@ -104,7 +105,7 @@ class SidecarLagSource:
     def _source(self):
         return self.reported if self.explicit or self.checkpoints is None else self.checkpoints
 
-    def task_lags(self) -> Mapping[TaskId, int]:
+    def task_lags(self) -> Mapping[TaskId, Lag]:
         return self._source().task_lags()
 
     def store_partition_lags(self) -> Mapping[str, Mapping[int, LagInfo]]:
@@ -172,12 +173,12 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
         return spb.AcknowledgeAssignmentResponse(accepted=accepted)
 
     async def ReportLags(self, request, context):
-        task_lags: dict[TaskId, int] = {}
+        task_lags: dict[TaskId, Lag] = {}
         for index, entry in enumerate(request.task_lags):
             if entry.lag < -2:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"task_lags[{index}].lag: expected >= 0, -1 (latest) or -2 (unknown), got {entry.lag}")
-            task_lags[codec.task_from_proto(entry.task)] = entry.lag
+            task_lags[codec.task_from_proto(entry.task)] = Lag.from_wire(entry.lag)
         store_lags: dict[str, dict[int, LagInfo]] = {}
         for index, entry in enumerate(request.store_lags):
             if not entry.store:

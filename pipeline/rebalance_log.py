@@ -17,16 +17,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from assignor import LATEST, UNKNOWN, InvalidInput, TaskId
+from assignor import UNKNOWN, InvalidInput
 from assignor.balance import imbalance, is_balanced
-from assignor.scenario import parse_problem
+from assignor.probing import Trigger
+from assignor.scenario import parse_problem, parse_result
 
 SCHEMA = 1
-TRIGGERS = frozenset({
-    "member_joined", "member_left", "session_expired", "probing_rebalance", "early_probe",
-    "topology_changed", "config_changed", "member_rejoined",
-})
-MEMBERSHIP_TRIGGERS = frozenset({"member_joined", "member_left", "session_expired", "member_rejoined"})
+MEMBERSHIP_TRIGGERS = frozenset(trigger.value for trigger in Trigger if trigger.membership)
 LOG_FILE = "rebalances.jsonl"
 # Lag histogram buckets: 0, then decades 1-9, 10-99, ..., >= 1e9 (12 buckets).
 LAG_BUCKETS = ("0", "1+", "10+", "100+", "1k+", "10k+", "100k+", "1M+", "10M+", "100M+", "1G+")
@@ -90,29 +87,20 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
     problem = parse_problem(record["input"])
     specs = {spec.id: spec for spec in problem.tasks}
     output = record["output"]
-    out_clients = output.get("clients")
-    if not isinstance(out_clients, Mapping):
-        raise InvalidInput("output.clients", "expected an object of client assignments")
+    result = parse_result(output, "output")
     members = {c.id: c for c in problem.clients}
     prev_owner = {t: c.id for c in problem.clients for t in c.prev_active}
     prev_holders = {(c.id, t) for c in problem.clients for t in c.prev_active | c.prev_standby}
-
-    roles: dict[str, dict[str, list[TaskId]]] = {}
-    for client_id, got in sorted(out_clients.items()):
+    for client_id in sorted(result.clients):
         if client_id not in members:
             raise InvalidInput(f"output.clients.{client_id}", "client not in the input")
-        if not isinstance(got, Mapping):
-            raise InvalidInput(f"output.clients.{client_id}", "expected an object")
-        roles[client_id] = {
-            role: [TaskId.parse(t, f"output.clients.{client_id}.{role}") for t in got.get(role) or ()]
-            for role in ("active", "standby", "warmup")
-        }
+
     moved = orphaned = new_replicas = warmups = restoring = cross_rack = 0
     counts = dict.fromkeys(members, 0)
-    for client_id, got in roles.items():
+    for client_id, got in sorted(result.clients.items()):
         rack = members[client_id].rack
         lags = members[client_id].lags
-        for task in got["active"]:
+        for task in got.active:
             counts[client_id] += 1
             owner = prev_owner.get(task)
             if owner is None:
@@ -120,31 +108,32 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
             elif owner != client_id:
                 moved += 1
             spec = specs.get(task)
-            if spec is not None and spec.stateful and lags.get(task, UNKNOWN) != LATEST and lags.get(task) != 0:
+            lag = lags.get(task)
+            if spec is not None and spec.stateful and (lag is None or lag.known_offsets != 0):
                 restoring += 1
             if spec is not None:
                 cross_rack += spec.cross_rack_partitions(rack)
-        for task in got["standby"] + got["warmup"]:
+        for task in got.standby + got.warmup:
             if (client_id, task) not in prev_holders:
                 new_replicas += 1
-        warmups += len(got["warmup"])
+        warmups += len(got.warmup)
 
     numeric: list[int] = []
     latest = unknown = 0
     for client in problem.clients:
         for lag in client.lags.values():
-            if lag == LATEST:
+            if lag.running:
                 latest += 1
             elif lag == UNKNOWN:
                 unknown += 1
             else:
-                numeric.append(lag)
+                numeric.append(lag.offsets)
     numeric.sort()
     histogram = [0] * len(LAG_BUCKETS)
     for lag in numeric:
         histogram[_lag_bucket(lag)] += 1
     threads = {c.id: c.threads for c in problem.clients}
-    reported = (output.get("rack_awareness") or {}).get("cross_rack_after")
+    reported = result.rack_awareness.cross_rack_after if output.get("rack_awareness") else None
     trigger = record["trigger"]
     return {
         "group_id": record["group_id"],
@@ -164,9 +153,9 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
         "replicas_added": new_replicas,
         "warmups": warmups,
         "actives_restoring": restoring,
-        "probing": bool(output.get("probing_rebalance_needed")),
+        "probing": result.probing_rebalance_needed,
         "cross_rack_partitions": cross_rack,
-        "cross_rack_reported": int(reported) if isinstance(reported, int) and not isinstance(reported, bool) else None,
+        "cross_rack_reported": reported,
         "imbalance": imbalance(counts, threads),
         "balanced": is_balanced(counts, threads, problem.config.balance_factor),
         "lag_reports": len(numeric) + latest + unknown,

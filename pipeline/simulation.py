@@ -18,12 +18,17 @@ The time model (what the issue leaves open, chosen here and documented in docs/p
   rack lose their state; a restarted client keeps it.
 - Task downtime is the time a task has no running active: its owner is restoring, or gone and
   the loss not yet noticed (a crash is noticed after ``session_timeout_s``).
-- Probing (KIP-441 "Probing Rebalances"): after an assignment that needs a follow-up, the
-  next rebalance is at ``probing_interval_s``, or, with the early probe on, as soon as every
-  warm-up is within ``acceptable_recovery_lag`` but never sooner than ``min_probe_interval_s``
-  after the last rebalance (the server's ``--early-probe`` and ``--min-probe-interval-ms``).
-  The warm-ups watched are the result's warm-up replicas plus standbys the assignor marked
-  ``standby_as_warmup``; with none, the early probe fires at the minimum interval.
+- Probing: the server's policy, ``assignor.probing``: after an assignment that needs a
+  follow-up, the next rebalance is at ``probing_interval_s``, or, with the early probe on, as
+  soon as every replica warming up for a move reports a lag within ``acceptable_recovery_lag``
+  but never sooner than ``min_probe_interval_s`` after the last rebalance (the server's
+  ``--early-probe`` and ``--min-probe-interval-ms``); with no replica warming up, no early
+  probe. Members report continuously here (the server hears them at each heartbeat).
+- Exactness: time is integer milliseconds and a lag an integer count of 1/``scale`` offsets
+  (``_Clock``), so a replica reaches ``acceptable_recovery_lag`` at an exact instant and
+  reports it there (a member reports whole offsets, rounded up).
+- The starting group is the assignor's own fixpoint, settled by ``assignor.convergence.settle``
+  as the convergence tests settle theirs.
 - Settled: every scheduled member event has happened, the last assignment needed no probing
   rebalance, and every active has finished restoring.
 """
@@ -37,25 +42,26 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from types import MappingProxyType
+from fractions import Fraction
 from typing import Any
 
 from assignor import (
     LATEST,
-    UNKNOWN,
     AssignmentConfig,
     AssignmentResult,
     ClientAssignment,
     ClientState,
     InvalidInput,
-    ReasonCode,
+    Lag,
     TaskId,
     TaskSpec,
     TopicPartition,
     assign,
 )
 from assignor.balance import imbalance, is_balanced
-from assignor.scenario import parse_problem
+from assignor.convergence import settle
+from assignor.probing import Probe, ProbingSettings, Trigger, early_probe, followup_probe, warming_replicas
+from assignor.scenario import parse_problem, parse_result
 
 EVENT_KINDS = ("scale_out", "scale_in", "rolling_restart", "lose_rack")
 LAG_KINDS = ("in_sync", "uniform", "exponential")
@@ -289,6 +295,33 @@ class Member:
     rack: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Clock:
+    """Exact restoration: a lag is an integer count of 1/``scale`` offsets and time is integer
+    milliseconds, so a replica gains a whole number of units per millisecond and reaches a
+    threshold at an exact instant. ``scale`` is 1000 times the common denominator of the rates."""
+
+    scale: int
+    restore: int  # units per millisecond
+    append: int
+
+    @classmethod
+    def of(cls, rates: Rates) -> _Clock:
+        restore, append = Fraction(str(rates.restore_rate)), Fraction(str(rates.append_rate))
+        denominator = math.lcm(restore.denominator, append.denominator)
+        return cls(1000 * denominator, int(restore * denominator), int(append * denominator))
+
+    def units(self, offsets: int) -> int:
+        return offsets * self.scale
+
+    def reported(self, units: int) -> Lag:
+        """What a member reports: whole offsets, rounded up."""
+        return Lag.behind(-(-units // self.scale))
+
+    def offsets(self, units: float) -> float:
+        return units / self.scale
+
+
 @dataclass(slots=True)
 class _World:
     """The mutable state of one run; private to ``simulate``."""
@@ -298,9 +331,9 @@ class _World:
     members: dict[str, Member]  # in the group now
     known: dict[str, Member]  # every client that exists (members, restarting ones)
     assignment: dict[str, ClientAssignment]
-    lags: dict[str, dict[TaskId, float]]  # state on each client's disk
+    lags: dict[str, dict[TaskId, int]]  # state on each client's disk, in ``clock`` units
     running: dict[str, set[TaskId]]  # actives restored and processing
-    rates: Rates
+    clock: _Clock
     standbys: int
     crashed: set[str] = field(default_factory=set)  # gone, but the group has not noticed yet
 
@@ -324,22 +357,24 @@ def new_member(index: int, threads: int, racks: int) -> Member:
     return Member(f"c{index:04d}", threads, f"r{index % racks}" if racks else None)
 
 
-def _warm_start(world: _World, config: AssignmentConfig) -> int:
-    """The settled assignment the group ran before the event: the assignor's own fixpoint.
+WARM_START_ROUNDS = 20
 
-    Assign, then feed back every assigned replica as caught up until no probing rebalance is
-    needed (scenario.md: such an assignment then comes back unchanged).
-    """
-    for attempt in range(1, 21):
-        result = _assign(world, config)
-        _apply(world, result)
-        for client in world.members:
-            owned = world.assignment[client].all_tasks()
-            world.lags[client] = {t: 0.0 for t in owned if world.specs[t].stateful}
-            world.running[client] = set(world.assignment[client].active)
-        if not result.probing_rebalance_needed:
-            return attempt
-    raise InvalidSpec("group", "the starting group did not settle in 20 warm-start rebalances")
+
+def _warm_start(world: _World, config: AssignmentConfig) -> int:
+    """The settled assignment the group ran before the event: the assignor's own fixpoint,
+    reached by ``assignor.convergence.settle`` (every assigned replica caught up between rounds);
+    scenario.md: such an assignment then comes back unchanged. Returns the rounds it took."""
+    clients = [_client_state(world, world.members[c]) for c in sorted(world.members)]
+    results, _ = settle(world.tasks, clients, config, max_rounds=WARM_START_ROUNDS)
+    final = results[-1]
+    if final.probing_rebalance_needed:
+        raise InvalidSpec("group", f"the starting group did not settle in {WARM_START_ROUNDS} warm-start rebalances")
+    _apply(world, final)
+    for client in world.members:
+        owned = world.assignment[client].all_tasks()
+        world.lags[client] = {t: 0 for t in owned if world.specs[t].stateful}
+        world.running[client] = set(world.assignment[client].active)
+    return len(results)
 
 
 # Warm starts are the costliest part of a short run and the same for every config of a grid point
@@ -379,9 +414,9 @@ def _standby_lags(world: _World, lag: str, rng: random.Random) -> None:
     for client in sorted(world.members):
         for task in world.assignment[client].standby:
             if kind == "uniform":
-                world.lags[client][task] = float(int(rng.uniform(args[0], args[1])))
+                world.lags[client][task] = world.clock.units(int(rng.uniform(args[0], args[1])))
             elif kind == "exponential":
-                world.lags[client][task] = float(int(rng.expovariate(1 / args[0]))) if args[0] else 0.0
+                world.lags[client][task] = world.clock.units(int(rng.expovariate(1 / args[0])) if args[0] else 0)
 
 
 def world_from_log(start: Mapping[str, Any], rates: Rates) -> tuple[_World, int]:
@@ -396,30 +431,27 @@ def world_from_log(start: Mapping[str, Any], rates: Rates) -> tuple[_World, int]
         problem = parse_problem(start["input"])
     except InvalidInput as error:
         raise InvalidSpec(f"from_log.input.{error.field}", error.message) from None
-    out_clients = (start["output"] or {}).get("clients")
-    if not isinstance(out_clients, Mapping):
-        raise InvalidSpec("from_log.output.clients", "expected an object of client assignments")
+    try:
+        output = parse_result(start["output"], "from_log.output")
+    except InvalidInput as error:
+        raise InvalidSpec(error.field, error.message) from None
     specs = {spec.id: spec for spec in problem.tasks}
-    world = _World(problem.tasks, specs, {}, {}, {}, {}, {}, rates, problem.config.num_standby_replicas)
+    clock = _Clock.of(rates)
+    world = _World(problem.tasks, specs, {}, {}, {}, {}, {}, clock, problem.config.num_standby_replicas)
     for client in problem.clients:
         member = Member(client.id, client.threads, client.rack)
         world.members[client.id] = world.known[client.id] = member
-        got = out_clients.get(client.id) or {}
-        try:
-            roles = {role: tuple(sorted(TaskId.parse(t, f"from_log.output.clients.{client.id}.{role}")
-                                        for t in got.get(role, ()))) for role in ("active", "standby", "warmup")}
-        except InvalidInput as error:
-            raise InvalidSpec(error.field, error.message) from None
-        world.assignment[client.id] = ClientAssignment(**roles)
-        lags: dict[TaskId, float] = {}
+        world.assignment[client.id] = assignment = output.clients.get(client.id, ClientAssignment())
+        lags: dict[TaskId, int] = {}
         for task, lag in client.lags.items():
             if specs[task].stateful:
-                lags[task] = 0.0 if lag == LATEST else float(_fresh_lag(specs[task]) if lag == UNKNOWN else lag)
-        for task in world.assignment[client.id].all_tasks():
+                behind = lag.known_offsets
+                lags[task] = clock.units(_fresh_lag(specs[task]) if behind is None else behind)
+        for task in assignment.all_tasks():
             if specs[task].stateful:
-                lags.setdefault(task, float(_fresh_lag(specs[task])))
+                lags.setdefault(task, clock.units(_fresh_lag(specs[task])))
         world.lags[client.id] = lags
-        world.running[client.id] = {t for t in roles["active"] if lags.get(t, 0.0) == 0.0}
+        world.running[client.id] = {t for t in assignment.active if lags.get(t, 0) == 0}
     return world, problem.config.num_standby_replicas
 
 
@@ -431,20 +463,18 @@ def _fresh_lag(spec: TaskSpec) -> int:
 
 
 def _client_state(world: _World, member: Member) -> ClientState:
-    """What a member reports on JoinGroup: its previous tasks and the lag of all state on disk."""
-    current = world.assignment.get(member.id, ClientAssignment())
+    """The member as the server sees it: the lag of all state on disk (a running active reports
+    "latest"), from which the server reads its previous tasks (``ClientState.from_report``);
+    the owners of stateless tasks, which report no lag, the server takes from its last
+    assignment (server.memory), which is the current one here."""
     running = world.running.get(member.id, set())
     lags = {}
     for task, lag in world.lags.get(member.id, {}).items():
-        lags[task] = LATEST if task in running else int(math.ceil(lag))
-    return ClientState(
-        id=member.id,
-        threads=member.threads,
-        rack=member.rack,
-        prev_active=frozenset(current.active),
-        prev_standby=frozenset(current.standby) | frozenset(current.warmup),
-        lags=MappingProxyType(lags),
-    )
+        lags[task] = LATEST if task in running else world.clock.reported(lag)
+    client = ClientState.from_report(member.id, lags, threads=member.threads, rack=member.rack)
+    current = world.assignment.get(member.id, ClientAssignment())
+    stateless = frozenset(task for task in current.active if not world.specs[task].stateful)
+    return replace(client, prev_active=client.prev_active | stateless) if stateless else client
 
 
 def _assign(world: _World, config: AssignmentConfig) -> AssignmentResult:
@@ -461,22 +491,15 @@ def _apply(world: _World, result: AssignmentResult) -> int:
         lags = world.lags.setdefault(client, {})
         for task in new.all_tasks():
             if world.specs[task].stateful and task not in lags:
-                lags[task] = float(_fresh_lag(world.specs[task]))
+                lags[task] = world.clock.units(_fresh_lag(world.specs[task]))
         running = world.running.setdefault(client, set())
         running &= set(new.active)
         if client in world.crashed:
             continue
         for task in new.active:
-            if not world.specs[task].stateful or lags[task] == 0.0:
+            if not world.specs[task].stateful or lags[task] == 0:
                 running.add(task)
     return sum(1 for task, client in result.active_owner().items() if before.get(task) != client)
-
-
-def _watched_warmups(result: AssignmentResult) -> list[tuple[str, TaskId]]:
-    """The warm-ups the early probe waits for: warm-up replicas and standbys restoring for a move."""
-    watched = [(client, task) for client, ca in sorted(result.clients.items()) for task in ca.warmup]
-    watched += [(r.client, r.task) for r in result.reasons if r.code == ReasonCode.STANDBY_AS_WARMUP and r.client]
-    return watched
 
 
 # ---------------------------------------------------------------- time passing
@@ -488,24 +511,24 @@ class _Totals:
     offsets_restored: float = 0.0
 
 
-def _advance(world: _World, dt: float, totals: _Totals) -> None:
-    """Restoration over ``dt`` seconds: lags, downtime and restored offsets (see module doc)."""
+def _advance(world: _World, dt: int, totals: _Totals) -> None:
+    """Restoration over ``dt`` milliseconds: lags, downtime and restored offsets (see module doc)."""
     if dt <= 0:
         return
-    restore, append = world.rates.restore_rate, world.rates.append_rate
+    clock = world.clock
+    restore, net = clock.restore, clock.restore - clock.append
     owner = {task: client for client, ca in world.assignment.items() if client in world.members for task in ca.active}
     for task, spec in world.specs.items():
         client = owner.get(task)
         if client is None or client in world.crashed:
-            totals.downtime_s += dt
+            totals.downtime_s += dt / 1000
         elif spec.stateful and task not in world.running[client]:
             lag = world.lags[client][task]
-            restoring = min(dt, lag / restore)
-            totals.downtime_s += restoring
-            totals.offsets_restored += restoring * restore
-            world.lags[client][task] = max(0.0, lag - restore * dt)
-            if restoring < dt or world.lags[client][task] == 0.0:
-                world.lags[client][task] = 0.0
+            restoring = min(dt, lag / restore)  # milliseconds
+            totals.downtime_s += restoring / 1000
+            totals.offsets_restored += clock.offsets(restoring * restore)
+            world.lags[client][task] = lag = max(0, lag - restore * dt)
+            if lag == 0:
                 world.running[client].add(task)
     for client, lags in world.lags.items():
         if client in world.crashed:
@@ -515,32 +538,41 @@ def _advance(world: _World, dt: float, totals: _Totals) -> None:
         for task, lag in lags.items():
             if task in replicas:
                 if lag > 0:
-                    catching = min(dt, lag / (restore - append))
-                    totals.offsets_restored += catching * restore
-                    lags[task] = 0.0 if catching < dt else max(0.0, lag - (restore - append) * dt)
+                    totals.offsets_restored += clock.offsets(min(dt, lag / net) * restore)
+                    lags[task] = max(0, lag - net * dt)
             elif ca is None or task not in ca.active:
-                lags[task] = lag + append * dt
+                lags[task] = lag + clock.append * dt
 
 
-def _time_to_restore_actives(world: _World) -> float:
-    restore = world.rates.restore_rate
-    longest = 0.0
+def _time_to_restore_actives(world: _World) -> int:
+    """Milliseconds until every restoring active runs."""
+    restore = world.clock.restore
+    longest = 0
     for client in world.members:
         for task in world.assignment[client].active:
             if world.specs[task].stateful and task not in world.running[client]:
-                longest = max(longest, world.lags[client][task] / restore)
+                longest = max(longest, -(-world.lags[client][task] // restore))
     return longest
 
 
-def _early_probe_at(world: _World, watched: Sequence[tuple[str, TaskId]], acceptable: int) -> float:
-    """Seconds from now until every watched warm-up is within ``acceptable_recovery_lag``."""
-    net = world.rates.restore_rate - world.rates.append_rate
-    wait = 0.0
+def _warming_lags_ready(world: _World, watched: Sequence[tuple[str, TaskId]], acceptable: int
+                        ) -> tuple[int, dict[str, dict[TaskId, Lag]]]:
+    """(ms from now, the watched replicas' lags then): the first instant every watched replica
+    reports a lag within ``acceptable`` (restoring at ``restore - append`` meanwhile)."""
+    clock = world.clock
+    net = clock.restore - clock.append
+    threshold = clock.units(acceptable)
+    wait = 0
     for client, task in watched:
-        lag = world.lags.get(client, {}).get(task, 0.0)
-        if lag > acceptable:
-            wait = max(wait, (lag - acceptable) / net)
-    return wait
+        lag = world.lags.get(client, {}).get(task)
+        if lag is not None and lag > threshold:
+            wait = max(wait, -(-(lag - threshold) // net))
+    lags: dict[str, dict[TaskId, Lag]] = {}
+    for client, task in watched:
+        lag = world.lags.get(client, {}).get(task)
+        if lag is not None:
+            lags.setdefault(client, {})[task] = clock.reported(max(0, lag - net * wait))
+    return wait, lags
 
 
 # ---------------------------------------------------------------- the run
@@ -560,7 +592,7 @@ def simulate(spec: RunSpec) -> dict[str, Any]:
         shape = spec.shape
         tasks, members = generate_group(shape, rng)
         world = _World(tasks, {t.id: t for t in tasks}, {m.id: m for m in members}, {m.id: m for m in members},
-                       {}, {}, {}, Rates(shape.restore_rate, shape.append_rate), shape.standbys)
+                       {}, {}, {}, _Clock.of(Rates(shape.restore_rate, shape.append_rate)), shape.standbys)
         standbys = shape.standbys
         _cached_warm_start(world, (shape, spec.seed), spec.config.assignment_config(standbys))
         _standby_lags(world, shape.lag, rng)
@@ -568,21 +600,26 @@ def simulate(spec: RunSpec) -> dict[str, Any]:
     return _Run(spec, world, config).run()
 
 
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
 class _Run:
-    """The event loop of one run; a private mutable builder that never escapes ``simulate``."""
+    """The event loop of one run; a private mutable builder that never escapes ``simulate``.
+    Times are integer milliseconds."""
 
     def __init__(self, spec: RunSpec, world: _World, config: AssignmentConfig) -> None:
         self.spec, self.world, self.config = spec, world, config
-        self.now = 0.0
+        self.probing = ProbingSettings(spec.config.early_probe, _ms(spec.config.min_probe_interval_s))
+        self.now = 0
         self.totals = _Totals()
         self.steps: list[dict[str, Any]] = []
-        self.pending: list[tuple[float, int, str, str]] = []  # (time, order, action, client)
-        self.probe_at: float | None = None
-        self.probe_trigger = "probing_rebalance"
+        self.pending: list[tuple[int, int, str, str]] = []  # (time, order, action, client)
+        self.probe: Probe | None = None
         self.last_result: AssignmentResult | None = None
         self.peak_warmups = 0
         self.tasks_moved = 0
-        self.last_event_s = 0.0
+        self.last_event_ms = 0
         self.clients_before = len(world.members)
         self._order = itertools.count()
         self._restart_queue: list[str] = []
@@ -593,18 +630,18 @@ class _Run:
         settled = False
         while len(self.steps) < timing.max_rebalances:
             candidates = [(t, 0, action, client) for t, _, action, client in self.pending[:1]]
-            if self.probe_at is not None:
-                candidates.append((self.probe_at, 1, "probe", ""))
+            if self.probe is not None:
+                candidates.append((self.probe.at_ms, 1, "probe", ""))
             if not candidates:
                 settled = True
                 break
             when, _, action, client = min(candidates)
-            if when > timing.max_simulated_s:
+            if when > _ms(timing.max_simulated_s):
                 break
             _advance(self.world, when - self.now, self.totals)
             self.now = when
             if action == "probe":
-                self._rebalance(self.probe_trigger)
+                self._rebalance(self.probe.trigger)
             else:
                 self._member_events(when)
         settle_at = None
@@ -612,7 +649,7 @@ class _Run:
             tail = _time_to_restore_actives(self.world)
             _advance(self.world, tail, self.totals)
             self.now += tail
-            settle_at = self.now
+            settle_at = self.now / 1000
         return {"run": self._summary(settled, settle_at), "steps": self.steps}
 
     # -- events
@@ -630,12 +667,12 @@ class _Run:
                 while member.id in world.known:
                     member = Member(member.id + "+", member.threads, member.rack)
                 world.known[member.id] = member
-                self._push(0.0, "join", member.id)
+                self._push(0, "join", member.id)
         elif event.kind == "scale_in":
             if event.count >= len(ordered):
                 raise InvalidSpec("events", f"scale_in:{event.count} would remove all {len(ordered)} clients")
             for client in ordered[-event.count:]:
-                self._push(0.0, "leave", client)
+                self._push(0, "leave", client)
         elif event.kind == "lose_rack":
             racks = sorted({m.rack for m in world.members.values() if m.rack})
             if len(racks) < 2:
@@ -644,19 +681,19 @@ class _Run:
             for client in ordered:
                 if world.members[client].rack == lost:
                     self._crash(client)
-                    self._push(timing.session_timeout_s, "expire", client)
+                    self._push(_ms(timing.session_timeout_s), "expire", client)
         else:  # rolling_restart: one at a time, the next once the previous is back
             restarting = ordered if event.count == 0 else ordered[:event.count]
             self._restart_queue = list(restarting)
-            self._next_restart(0.0)
+            self._next_restart(0)
 
-    def _next_restart(self, when: float) -> None:
+    def _next_restart(self, when: int) -> None:
         if self._restart_queue:
             client = self._restart_queue.pop(0)
             self._push(when, "leave_restart", client)
-            self._push(when + self.spec.timing.restart_s, "rejoin", client)
+            self._push(when + _ms(self.spec.timing.restart_s), "rejoin", client)
 
-    def _push(self, when: float, action: str, client: str) -> None:
+    def _push(self, when: int, action: str, client: str) -> None:
         self.pending.append((when, next(self._order), action, client))
         self.pending.sort()
 
@@ -666,7 +703,7 @@ class _Run:
         self.world.lags.pop(client, None)
         self.world.crashed.add(client)
 
-    def _member_events(self, when: float) -> None:
+    def _member_events(self, when: int) -> None:
         """Every member event due now, then one rebalance for all of them (as the server batches)."""
         world = self.world
         trigger = None
@@ -676,22 +713,22 @@ class _Run:
             if action == "join":
                 world.members[client] = world.known[client]
                 world.assignment[client] = ClientAssignment()
-                trigger = trigger or "member_joined"
+                trigger = trigger or Trigger.MEMBER_JOINED
             elif action == "leave":
                 self._remove(client, keep_state=False)
-                trigger = trigger or "member_left"
+                trigger = trigger or Trigger.MEMBER_LEFT
             elif action == "leave_restart":
                 self._remove(client, keep_state=True)
-                trigger = trigger or "member_left"
+                trigger = trigger or Trigger.MEMBER_LEFT
             elif action == "expire":
                 self._remove(client, keep_state=False)
-                trigger = trigger or "session_expired"
+                trigger = trigger or Trigger.SESSION_EXPIRED
             elif action == "rejoin":
                 world.members[client] = world.known[client]
-                trigger = trigger or "member_rejoined"
+                trigger = trigger or Trigger.MEMBER_REJOINED
                 rejoined.append(client)
-        self.last_event_s = when
-        self._rebalance(trigger or "member_joined")
+        self.last_event_ms = when
+        self._rebalance(trigger or Trigger.MEMBER_JOINED)
         for _ in rejoined:
             self._next_restart(self.now)
 
@@ -710,7 +747,7 @@ class _Run:
 
     # -- rebalances
 
-    def _rebalance(self, trigger: str) -> None:
+    def _rebalance(self, trigger: Trigger) -> None:
         world = self.world
         result = _assign(world, self.config)
         moved = _apply(world, result)
@@ -718,22 +755,14 @@ class _Run:
         self.last_result = result
         warmups = sum(len(ca.warmup) for ca in result.clients.values())
         self.peak_warmups = max(self.peak_warmups, warmups)
-        self.probe_at = None
-        if result.probing_rebalance_needed:
-            interval = self.spec.config.probing_interval_s
-            self.probe_at, self.probe_trigger = self.now + interval, "probing_rebalance"
-            if self.spec.config.early_probe:
-                ready = self.now + _early_probe_at(world, _watched_warmups(result), self.config.acceptable_recovery_lag)
-                early = max(ready, self.now + self.spec.config.min_probe_interval_s)
-                if early < self.probe_at:
-                    self.probe_at, self.probe_trigger = early, "early_probe"
+        self.probe = self._next_probe(result)
         counts, threads = self._active_counts()
         running = set().union(*(world.running.get(c, set()) for c in world.members))
         down = len(world.specs) - len(running)
         self.steps.append({
             "step": len(self.steps) + 1,
-            "time_s": self.now,
-            "trigger": trigger,
+            "time_s": self.now / 1000,
+            "trigger": str(trigger),
             "members": len(world.members),
             "moved": moved,
             "warmups": warmups,
@@ -742,6 +771,15 @@ class _Run:
             "probing": result.probing_rebalance_needed,
             "downtime_s": self.totals.downtime_s,
         })
+
+    def _next_probe(self, result: AssignmentResult) -> Probe | None:
+        """The probing policy (``assignor.probing``), asked with the lags the warming replicas
+        report at the first instant they are all within the acceptable lag."""
+        probe = followup_probe(result, self.config, self.now)
+        wait, lags = _warming_lags_ready(self.world, warming_replicas(result), self.config.acceptable_recovery_lag)
+        early = early_probe(result, lags, self.config.acceptable_recovery_lag, self.probing, self.now + wait,
+                            self.now, probe)
+        return early or probe
 
     def _active_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         world = self.world
@@ -779,7 +817,7 @@ class _Run:
             "cross_rack_partitions": self._cross_rack(),
             "imbalance": imbalance(counts, threads),
             "balanced": is_balanced(counts, threads, self.config.balance_factor),
-            "simulated_s": self.now,
+            "simulated_s": self.now / 1000,
         }
 
 

@@ -28,6 +28,7 @@ from server.limits import Limits
 from server.model import ReplicaInfo
 from server.observability import Metrics, RebalanceLog
 from server.ownership import Ownership, advertised_address, default_replica_id
+from server.retention import Retention
 from server.runtime import Coordinator
 from server.store import GroupStore, Store
 from server.store_postgres import open_replicated
@@ -81,6 +82,7 @@ class Settings:
     acl_file: Path | None = None
     metrics_host: str = ""
     metrics_tls: bool = False
+    empty_group_retention_ms: int = 604_800_000
     log_level: str = "info"
     log_format: str = "json"
     event_loop: str = "auto"
@@ -160,6 +162,7 @@ class LeaderServer:
         self._health = health_aio.HealthServicer()
         self._metrics_http = None
         self.coordinator: Coordinator | None = None
+        self.retention: Retention | None = None
         self.ownership: Ownership | None = None
         self._started = False
 
@@ -219,6 +222,8 @@ class LeaderServer:
         rebalance_log = RebalanceLog(Path(s.state_dir) / "rebalance-log", s.rebalance_log_max_bytes, s.rebalance_log_backups)
         self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics)
         self.coordinator.ownership = self.ownership
+        self.retention = Retention(self.coordinator, self.clock, self.coordinator.timers, s.empty_group_retention_ms,
+                                   on_expired=lambda _gid: self.metrics.groups_expired.inc())
         gate = s.gate(self.metrics)
         add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -229,6 +234,7 @@ class LeaderServer:
             await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
         await self.coordinator.start()
+        self.retention.start()
         # Alone, FindCoordinator answers "me, at the address you used" unless told otherwise.
         self.coordinator.replica = ReplicaInfo(s.replica_id, s.advertise_address)
         if self.ownership is not None:
@@ -261,6 +267,8 @@ class LeaderServer:
         grace = self.settings.drain_timeout_s if grace_s is None else grace_s
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.retention is not None:
+            self.retention.stop()
         if self.coordinator is not None:
             await self.coordinator.drain()
         if self.ownership is not None:

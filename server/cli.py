@@ -45,6 +45,7 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--acl-file", "acl_file", "REMOTE_LEADER_ACL_FILE", Path),
     ("--metrics-host", "metrics_host", "REMOTE_LEADER_METRICS_HOST", str),
     ("--metrics-tls", "metrics_tls", "REMOTE_LEADER_METRICS_TLS", lambda text: _boolean(text)),
+    ("--empty-group-retention-ms", "empty_group_retention_ms", "REMOTE_LEADER_EMPTY_GROUP_RETENTION_MS", int),
     ("--log-level", "log_level", "REMOTE_LEADER_LOG_LEVEL", str),
     ("--log-format", "log_format", "REMOTE_LEADER_LOG_FORMAT", str),
     ("--event-loop", "event_loop", "REMOTE_LEADER_EVENT_LOOP", str),
@@ -106,6 +107,7 @@ _HELP: dict[str, str] = {
     "--max-tasks-per-assign": "tasks of one Assign problem (and of each client's lags and previous tasks)",
     "--max-clients-per-assign": "clients of one Assign problem",
     "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
+    "--empty-group-retention-ms": "remove a group that has had no members this long, ms; 0 keeps them",
 }
 _METAVARS = {"--log-level": "{" + ",".join(_LOG_LEVELS) + "}", "--log-format": "{json,console}",
              "--event-loop": "{" + ",".join(_EVENT_LOOPS) + "}"}
@@ -154,7 +156,7 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]):
 
 def _check(s) -> None:
     for name in ("metrics_port", "min_session_timeout_ms", "max_session_timeout_ms", "initial_rebalance_delay_ms",
-                 "min_probe_interval_ms", "max_pending_requests", "rebalance_log_max_bytes", "rebalance_log_backups"):
+                 "min_probe_interval_ms", "max_pending_requests", "empty_group_retention_ms", "rebalance_log_max_bytes", "rebalance_log_backups"):
         if getattr(s, name) < 0:
             raise SettingsError(f"--{name.replace('_', '-')}: must be >= 0, got {getattr(s, name)}")
     if s.min_session_timeout_ms > s.max_session_timeout_ms:
@@ -243,24 +245,31 @@ _MAX_REDIRECTS = 3
 _NOT_COORDINATOR = 16
 
 
-async def _query(address: str, method: str, request: Any) -> Any:
+async def _query(address: str, method: str, request: Any, tls: Any = None) -> Any:
     """One call; ``address`` may list several replicas (host:port,host:port): ListGroups asks
-    each and merges (each replica lists the groups it owns), other calls follow NOT_COORDINATOR
-    to the group's owner."""
-    import grpc
+    each for every page and merges (each replica lists the groups it owns), other calls follow
+    NOT_COORDINATOR to the group's owner. ``tls``: a ``remote_leader.tls.ClientTls``."""
+    from remote_leader.tls import PLAINTEXT
+    from remote_leader.v1 import group_leader_pb2, group_leader_pb2_grpc
 
-    from remote_leader.v1 import group_leader_pb2_grpc
-
+    tls = tls or PLAINTEXT
     addresses = [a.strip() for a in address.split(",") if a.strip()]
-    if method == "ListGroups" and len(addresses) > 1:
-        answers = [await _query(a, method, request) for a in addresses]
-        merged = answers[0]
-        for other in answers[1:]:
-            merged.groups.extend(other.groups)
+    if method == "ListGroups":
+        merged = group_leader_pb2.ListGroupsResponse()
+        for target in addresses:
+            token = ""
+            async with tls.aio_channel(target) as channel:
+                stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
+                while True:
+                    page = await stub.ListGroups(group_leader_pb2.ListGroupsRequest(page_token=token), timeout=10)
+                    merged.groups.extend(page.groups)
+                    token = page.next_page_token
+                    if not token:
+                        break
         return merged
     target = addresses[0]
     for _hop in range(_MAX_REDIRECTS + 1):
-        async with grpc.aio.insecure_channel(target) as channel:
+        async with tls.aio_channel(target) as channel:
             stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
             response = await getattr(stub, method)(request, timeout=10)
         moved = getattr(response, "error_code", 0) == _NOT_COORDINATOR and response.HasField("coordinator")
@@ -283,8 +292,15 @@ def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | 
     def run(args: argparse.Namespace) -> int:
         import grpc
 
+        from remote_leader.tls import client_tls_from
+
         try:
-            response = asyncio.run(_query(args.server, method, build(args)))
+            tls = client_tls_from(args)
+        except ValueError as error:
+            print(f"remote-leader: {error}", file=sys.stderr)
+            return 2
+        try:
+            response = asyncio.run(_query(args.server, method, build(args), tls))
         except grpc.aio.AioRpcError as error:
             print(f"remote-leader: {args.server}: {error.code().name}: {error.details()}", file=sys.stderr)
             return 1
@@ -314,6 +330,7 @@ def _groups_request(args: argparse.Namespace) -> Any:
 
 
 def register(subparsers: Any) -> None:
+    from remote_leader.tls import add_client_arguments
     from server.app import Settings
 
     defaults = {f.name: f.default for f in fields(Settings)}
@@ -334,10 +351,12 @@ def register(subparsers: Any) -> None:
     describe.add_argument("group", help="group id")
     describe.add_argument("--server", default="127.0.0.1:50051",
                           help="server address HOST:PORT, or several replicas a:p,b:p (default 127.0.0.1:50051)")
+    add_client_arguments(describe)
     describe.set_defaults(func=_client_call("DescribeGroup", _describe_request))
 
     groups = subparsers.add_parser("groups", help="list the groups of a running server (JSON)")
     groups.add_argument("--server", default="127.0.0.1:50051",
                         help="server address HOST:PORT, or several replicas a:p,b:p (default 127.0.0.1:50051)")
+    add_client_arguments(groups)
     groups.set_defaults(func=_client_call("ListGroups", _groups_request,
                                           empty=(lambda r: not r.groups, "no groups on {server}")))

@@ -11,19 +11,21 @@ draining or still loading (UNAVAILABLE), raised in one place (``_guard``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import functools
 import re
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import grpc
 from google.protobuf import message_factory
 
-from assignor import solve
-from assignor.model import LATEST, UNKNOWN, AssignmentConfig, AssignmentResult, InvalidInput, Role, TaskId
+from assignor import STRATEGIES, solve
+from assignor.lag import UNKNOWN, Lag
+from assignor.model import AssignmentConfig, AssignmentResult, AssignorKind, InvalidInput, Role, TaskId
 from assignor.scenario import parse_problem
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
@@ -41,6 +43,7 @@ from server.limits import (
     check_join,
 )
 from server.model import (
+    RUNNING_OFFSET_SUM,
     STANDBY_HOSTS_VERSION,
     AssignorError,
     ClusterMetadata,
@@ -67,12 +70,12 @@ _MAX_ID = 255
 _CONTROL = re.compile(r"[\x00-\x1f]")
 #: Distinct topologies and configs kept parsed: every member of a group sends the same ones.
 _PARSED_CACHE = 64
+# Each registered assignor kind (assignor.STRATEGIES) is the wire's ASSIGNOR_KIND_<NAME>.
+_ASSIGNOR_KIND_TO_PB = {kind: apb.AssignorKind.Value(f"ASSIGNOR_KIND_{kind.name}") for kind in STRATEGIES}
 _ASSIGNOR_KINDS = {
-    apb.ASSIGNOR_KIND_UNSPECIFIED: "high_availability",
-    apb.ASSIGNOR_KIND_HIGH_AVAILABILITY: "high_availability",
-    apb.ASSIGNOR_KIND_STICKY: "sticky",
+    apb.ASSIGNOR_KIND_UNSPECIFIED: AssignorKind.HIGH_AVAILABILITY,
+    **{number: kind for kind, number in _ASSIGNOR_KIND_TO_PB.items()},
 }
-_ASSIGNOR_KIND_TO_PB = {"high_availability": apb.ASSIGNOR_KIND_HIGH_AVAILABILITY, "sticky": apb.ASSIGNOR_KIND_STICKY}
 _STRATEGIES = {
     apb.RACK_AWARE_STRATEGY_UNSPECIFIED: "none",
     apb.RACK_AWARE_STRATEGY_NONE: "none",
@@ -202,6 +205,9 @@ def _parsed(msg: Any, parse: Any, where: str) -> Any:
     return parse(msg.SerializeToString(deterministic=True), where)
 
 
+_WIRE_UNKNOWN: Final = UNKNOWN.to_wire()
+
+
 def _task_values(items: Any, where: str, value_field: str, minimum: int) -> Mapping[TaskId, int]:
     values: dict[TaskId, int] = {}
     for i, item in enumerate(items):
@@ -216,9 +222,10 @@ def _task_values(items: Any, where: str, value_field: str, minimum: int) -> Mapp
 
 
 def lags_from_proto(msg: pb.LagReport, where: str) -> LagReport:
+    task_lags = _task_values(msg.task_lags, f"{where}.task_lags", "lag", _WIRE_UNKNOWN)
     return LagReport(
-        task_lags=_task_values(msg.task_lags, f"{where}.task_lags", "lag", UNKNOWN),
-        offset_sums=_task_values(msg.task_offset_sums, f"{where}.task_offset_sums", "offset_sum", LATEST),
+        task_lags=MappingProxyType({task: Lag.from_wire(lag) for task, lag in task_lags.items()}),
+        offset_sums=_task_values(msg.task_offset_sums, f"{where}.task_offset_sums", "offset_sum", RUNNING_OFFSET_SUM),
         end_offsets=_task_values(msg.changelog_end_offsets, f"{where}.changelog_end_offsets", "end_offset_sum", 0),
     )
 
@@ -292,6 +299,31 @@ def _member_fields(msg: Any) -> tuple[str, str, str | None]:
     )
 
 
+#: ListGroups: the page size when the caller asks for none, and the largest it may ask for.
+LIST_GROUPS_PAGE = 1_000
+_TOKEN_PREFIX = "after:"
+
+
+def _page_token(last_group_id: str) -> str:
+    return base64.urlsafe_b64encode((_TOKEN_PREFIX + last_group_id).encode()).decode()
+
+
+def _page_from_proto(msg: pb.ListGroupsRequest) -> tuple[int, str]:
+    """(page size, the group id the page starts after)."""
+    if msg.page_size < 0:
+        raise InvalidInput("page_size", f"must be >= 0, got {msg.page_size}")
+    after = ""
+    if msg.page_token:
+        try:
+            text = base64.urlsafe_b64decode(msg.page_token.encode("ascii")).decode()
+        except (ValueError, UnicodeError):
+            text = ""
+        if not text.startswith(_TOKEN_PREFIX):
+            raise InvalidInput("page_token", "not a next_page_token of this server")
+        after = text.removeprefix(_TOKEN_PREFIX)
+    return min(msg.page_size or LIST_GROUPS_PAGE, LIST_GROUPS_PAGE), after
+
+
 # ---- domain -> protobuf -------------------------------------------------------------------------
 
 
@@ -301,7 +333,7 @@ def task_to_proto(task: TaskId) -> apb.TaskId:
 
 def config_to_proto(config: AssignmentConfig) -> apb.AssignmentConfig:
     msg = apb.AssignmentConfig(
-        assignor=_ASSIGNOR_KIND_TO_PB[str(config.assignor)],
+        assignor=_ASSIGNOR_KIND_TO_PB[config.assignor],
         rack_aware_strategy=_STRATEGY_TO_PB[str(config.rack_aware_strategy)],
         rack_aware_assignment_tags=list(config.rack_aware_assignment_tags),
     )
@@ -406,8 +438,8 @@ def _partitions(topology: Topology, task: TaskId) -> list[apb.TopicPartition]:
     return [apb.TopicPartition(topic=tp.topic, partition=tp.partition, racks=sorted(tp.racks)) for tp in topology.task_partitions(task)]
 
 
-def _lag_list(lags: Mapping[TaskId, int]) -> list[apb.TaskLag]:
-    return [apb.TaskLag(task=task_to_proto(t), lag=lag) for t, lag in sorted(lags.items())]
+def _lag_list(lags: Mapping[TaskId, Lag]) -> list[apb.TaskLag]:
+    return [apb.TaskLag(task=task_to_proto(t), lag=lag.to_wire()) for t, lag in sorted(lags.items())]
 
 
 def reason_to_proto(reason: Any) -> apb.Reason:
@@ -491,7 +523,16 @@ def describe_to_proto(view: GroupView) -> pb.GroupDescription:
 
 
 def _lag_json(lag: int) -> int | str:
-    return "latest" if lag == LATEST else "unknown" if lag == UNKNOWN else lag
+    """A wire lag as scenario JSON; a value that is no lag goes through for the scenario
+    parser to name its field."""
+    return Lag.from_wire(lag).to_json() if lag >= _WIRE_UNKNOWN else lag
+
+
+
+def _route_lag(lag: Lag) -> int:
+    """group_leader.proto QueryHost.lag: offsets behind, 0 for a running active, -2 unknown."""
+    offsets = lag.known_offsets
+    return UNKNOWN.to_wire() if offsets is None else offsets
 
 
 def problem_document_from_proto(msg: apb.AssignmentProblem) -> dict[str, Any]:
@@ -675,15 +716,17 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
 
     async def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext) -> pb.ListGroupsResponse:
         principal = await self.gate.principal(context, "ListGroups")
-        await self._guard(context, lambda: None)
-        return pb.ListGroupsResponse(
-            groups=[
-                pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation, member_count=g.member_count,
-                                 owner=coordinator_to_proto(g.owner) if g.owner is not None else None)
-                for g in self._coordinator.list_groups()
-                if self.gate.authorize(principal, Operation.DESCRIBE, g.group_id)
-            ]
-        )
+        size, after = await self._guard(context, _page_from_proto, request)
+        page = []
+        for g in self._coordinator.list_groups():
+            if g.group_id <= after or not self.gate.authorize(principal, Operation.DESCRIBE, g.group_id):
+                continue
+            if len(page) == size:
+                return pb.ListGroupsResponse(groups=page, next_page_token=_page_token(page[-1].group_id))
+            page.append(pb.GroupOverview(group_id=g.group_id, state=_STATE_TO_PB[g.state], generation_id=g.generation,
+                                         member_count=g.member_count,
+                                         owner=coordinator_to_proto(g.owner) if g.owner is not None else None))
+        return pb.ListGroupsResponse(groups=page)
 
     async def Assign(self, request: pb.AssignRequest, context: grpc.aio.ServicerContext) -> pb.AssignResponse:
         def convert(msg: pb.AssignRequest):
@@ -723,7 +766,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         if answer.task is not None:
             msg.task.CopyFrom(task_to_proto(answer.task))
         for host in answer.hosts:
-            entry = msg.hosts.add(process_id=host.process_id, role=_ROLE_TO_PB[host.role], lag=host.lag, lag_age_ms=host.lag_age_ms)
+            entry = msg.hosts.add(process_id=host.process_id, role=_ROLE_TO_PB[host.role], lag=_route_lag(host.lag), lag_age_ms=host.lag_age_ms)
             if host.endpoint is not None:
                 entry.host.CopyFrom(pb.HostInfo(host=host.endpoint.host, port=host.endpoint.port))
         return msg

@@ -27,18 +27,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from assignor.lag import UNKNOWN, Lag
 from assignor.model import (
-    LATEST,
-    UNKNOWN,
     AssignmentConfig,
     AssignmentProblem,
     AssignmentResult,
     ClientAssignment,
     ClientState,
-    ReasonCode,
     Role,
     TaskId,
 )
+from assignor.probing import Probe, ProbingSettings, early_probe, followup_probe
 from assignor.scenario import problem_to_document, result_to_document
 from server.effects import (
     AppendRebalanceLog,
@@ -124,6 +123,10 @@ class GroupSettings:
     min_probe_interval_ms: int = 60_000
     early_probe: bool = True
 
+    @property
+    def probing(self) -> ProbingSettings:
+        return ProbingSettings(self.early_probe, self.min_probe_interval_ms)
+
 
 @dataclass(slots=True)
 class Member:
@@ -140,8 +143,11 @@ class Member:
     endpoint: HostInfo | None
     rack: str | None
     client_tags: Mapping[str, str]
-    lags: LagReport
+    report: LagReport  # as the member sent it
     lags_updated_ms: int
+    #: ``report`` as lags against the group's end offsets: set by ``Group._take_report`` when a
+    #: report arrives (and again when another member's report raises an end offset it uses).
+    lags: Mapping[TaskId, Lag] = field(default_factory=lambda: MappingProxyType({}))
     shutdown_requested: bool = False
     join_call: int | None = None  # the parked JoinGroup, if any
     synced: bool = False
@@ -163,7 +169,7 @@ class Member:
             endpoint=None,
             rack=None,
             client_tags=MappingProxyType({}),
-            lags=LagReport(),
+            report=LagReport(),
             lags_updated_ms=now_ms,
             principal=request.principal,
         )
@@ -181,8 +187,6 @@ class Member:
         self.endpoint = sub.endpoint
         self.rack = sub.rack
         self.client_tags = sub.client_tags
-        self.lags = sub.lags
-        self.lags_updated_ms = now_ms
         self.shutdown_requested = sub.error_code == AssignorError.SHUTDOWN_REQUESTED
 
 
@@ -211,6 +215,9 @@ class Group:
     next_probe_ms: int | None = None
     next_probe_reason: str = ""
     parked: int = 0  # members with a parked JoinGroup: the barrier check is O(1) per join
+    #: A ComputeAssignment of this generation is out (the assignor runs outside the group's
+    #: lock); ``assignment_computed`` brings its result back.
+    awaiting_assignment: bool = False
     #: Members of the completing generation that have not synced: the Stable check is O(1) per sync.
     unsynced: set[str] = field(default_factory=set)
 
@@ -296,10 +303,22 @@ class Group:
             return Trigger.TOPOLOGY_CHANGED
         return None
 
-    def _absorb_end_offsets(self, report: LagReport) -> None:
+    def _take_report(self, member: Member, report: LagReport, now_ms: int) -> None:
+        """A member's lag report arrived: its lags are computed here, once. The group's end
+        offsets are the largest any member reported; when this report raises one, members whose
+        offset sums are measured against it get their lags recomputed too."""
+        member.report = report
+        member.lags_updated_ms = now_ms
+        raised = set()
         for task, offset in report.end_offsets.items():
             if offset > self.end_offsets.get(task, -1):
                 self.end_offsets[task] = offset
+                raised.add(task)
+        member.lags = MappingProxyType(report.lags(self.end_offsets))
+        if raised:
+            for other in self.members.values():
+                if other is not member and not raised.isdisjoint(other.report.offset_sums):
+                    other.lags = MappingProxyType(other.report.lags(self.end_offsets))
 
     def _join_new(self, request: JoinGroupRequest, call_id: int, now_ms: int) -> Outcome:
         sub = request.subscription
@@ -315,9 +334,9 @@ class Group:
                 # The same worker process joining afresh: its old member is gone for good.
                 outcome.effects += self._remove_member(other, ErrorCode.UNKNOWN_MEMBER_ID, "superseded by a new member of the same process")
         topology_trigger = self._adopt_topology(sub)
-        self._absorb_end_offsets(sub.lags)
         member = Member.from_join(request, request.new_member_id, now_ms)
         self.members[member.member_id] = member
+        self._take_report(member, sub.lags, now_ms)
         if instance:
             self.instances[instance] = member.member_id
         outcome.effects.append(Event("group.member.joined", {"member_id": member.member_id, "process_id": member.process_id}))
@@ -334,9 +353,9 @@ class Group:
         if old_call is not None:
             outcome.effects.append(Reply(old_call, JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer member with the same group_instance_id")))
         topology_trigger = self._adopt_topology(request.subscription)
-        self._absorb_end_offsets(request.subscription.lags)
         member = Member.from_join(request, request.new_member_id, now_ms)
         self.members[member.member_id] = member
+        self._take_report(member, request.subscription.lags, now_ms)
         self.instances[instance] = member.member_id
         outcome.effects.append(
             Event("group.member.replaced", {"member_id": member.member_id, "old_member_id": old.member_id, "group_instance_id": instance})
@@ -372,8 +391,8 @@ class Group:
         if previous is not None:
             outcome.effects.append(Reply(previous, JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer JoinGroup of the same member")))
         topology_trigger = self._adopt_topology(request.subscription)
-        self._absorb_end_offsets(request.subscription.lags)
         member.update(request, now_ms)
+        self._take_report(member, request.subscription.lags, now_ms)
         return self._park(member, call_id, topology_trigger or Trigger.MEMBER_REJOINED, now_ms, outcome)
 
     def _park(self, member: Member, call_id: int, trigger: str, now_ms: int, outcome: Outcome) -> Outcome:
@@ -392,6 +411,7 @@ class Group:
     def _prepare_rebalance(self, trigger: str, now_ms: int) -> list:
         was_empty = self.state is GroupState.EMPTY
         self._transition(GroupState.PREPARING_REBALANCE)
+        self.awaiting_assignment = False  # a result still out is stale now
         self.pending_trigger = trigger
         effects: list = [Event("group.rebalance.started", {"trigger": str(trigger)})]
         effects += self._cancel_probe()
@@ -435,6 +455,7 @@ class Group:
         if topology is None or not topology.metadata_complete:
             return effects + self._finish_without_assignor(AssignorError.INCOMPLETE_SOURCE_TOPIC_METADATA, now_ms)
         effects.append(ComputeAssignment(self.group_id, self.generation, self.build_problem()))
+        self.awaiting_assignment = True
         return effects
 
     def build_problem(self) -> AssignmentProblem:
@@ -445,30 +466,22 @@ class Group:
         known = {spec.id for spec in tasks}
         previous_owner = self.result.active_owner() if self.result else {}
         members = sorted(self.members.values(), key=lambda m: m.process_id)
-        lags_by_pid = {m.process_id: {t: lag for t, lag in m.lags.lags(self.end_offsets).items() if t in known} for m in members}
+        lags_by_pid = {m.process_id: {t: lag for t, lag in m.lags.items() if t in known} for m in members}
         # A task claimed as a running active by two processes (a zombie): keep one claim, the
         # previous owner's, else the first process id's; the other becomes a caught-up copy.
         claims: dict[TaskId, list[str]] = {}
         for pid, lags in lags_by_pid.items():
             for task, lag in lags.items():
-                if lag == LATEST:
+                if lag.running:
                     claims.setdefault(task, []).append(pid)
         for task, pids in claims.items():
             keep = previous_owner.get(task) if previous_owner.get(task) in pids else pids[0]
             for pid in pids:
                 if pid != keep:
-                    lags_by_pid[pid][task] = 0
+                    lags_by_pid[pid][task] = Lag.behind(0)
         clients = tuple(
-            ClientState(
-                id=m.process_id,
-                threads=m.num_threads,
-                rack=m.rack,
-                tags=m.client_tags,
-                prev_active=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if lag == LATEST),
-                # KIP-441 "Rebalance Metadata": task lags subsume PrevTasks and StandbyTasks.
-                prev_standby=frozenset(t for t, lag in lags_by_pid[m.process_id].items() if lag != LATEST),
-                lags=MappingProxyType(lags_by_pid[m.process_id]),
-            )
+            ClientState.from_report(m.process_id, lags_by_pid[m.process_id], threads=m.num_threads, rack=m.rack,
+                                    tags=m.client_tags)
             for m in members
         )
         clients = with_remembered_tasks(clients, tasks, self.result)
@@ -485,6 +498,7 @@ class Group:
         """The runtime's answer to ``ComputeAssignment``: release the join barrier."""
         if generation != self.generation or self.state is not GroupState.COMPLETING_REBALANCE:
             return Outcome(effects=[Event("group.assignment.stale", {"generation": generation})])
+        self.awaiting_assignment = False
         effects: list = []
         if result is None:
             self.result = None
@@ -562,11 +576,11 @@ class Group:
     # ---- probing rebalances ------------------------------------------------------------------
 
     def _schedule_followup(self, result: AssignmentResult, now_ms: int) -> list:
-        """KIP-441 "Probing Rebalances": one after an assignment that needs it, none once balanced."""
-        if not result.probing_rebalance_needed or self.config is None:
+        """The follow-up rebalance the probing policy asks for (``assignor.probing``), or none."""
+        probe = followup_probe(result, self.config, now_ms) if self.config is not None else None
+        if probe is None:
             return self._cancel_probe()
-        interval = result.followup_rebalance_ms or self.config.probing_rebalance_interval_ms
-        return self._schedule_probe(now_ms + interval, Trigger.PROBING_REBALANCE)
+        return self._schedule_probe(probe.at_ms, probe.trigger)
 
     def _schedule_probe(self, at_ms: int, reason: str) -> list:
         self.next_probe_ms, self.next_probe_reason = at_ms, str(reason)
@@ -581,37 +595,18 @@ class Group:
         self.next_probe_ms, self.next_probe_reason = None, ""
         return [CancelTimer(self._key(TimerKind.PROBE))]
 
-    def warming_replicas(self) -> list[tuple[str, TaskId]]:
-        """(process id, task) of every replica placed to catch up: the warm-ups, and standbys
-        doubling as warm-ups (the assignor's STANDBY_AS_WARMUP reasons)."""
-        if self.result is None:
-            return []
-        replicas = {(pid, task) for pid, a in self.result.clients.items() for task in a.warmup}
-        for reason in self.result.reasons:
-            if reason.code == ReasonCode.STANDBY_AS_WARMUP and reason.client is not None:
-                replicas.add((reason.client, reason.task))
-        return sorted(replicas)
-
     def _early_probe(self, now_ms: int) -> list:
-        """Beyond KIP-441: probe as soon as every warming replica is within
-        acceptable_recovery_lag, but never sooner than min_probe_interval_ms after the last
-        rebalance ("Rejected Alternatives": no rebalance storms, the leader decides)."""
-        if not self.settings.early_probe or self.result is None or self.config is None:
+        """The lag-driven early probe of the probing policy (``assignor.probing.early_probe``),
+        once the group is Stable, against the members' latest lags."""
+        if self.result is None or self.config is None or self.state is not GroupState.STABLE:
             return []
-        if not self.result.probing_rebalance_needed or self.state is not GroupState.STABLE:
-            return []
-        warming = self.warming_replicas()
-        if not warming:
-            return []
-        lags = {m.process_id: m.lags.lags(self.end_offsets) for m in self.members.values()}
-        for pid, task in warming:
-            lag = lags.get(pid, {}).get(task)
-            if lag is None or lag == UNKNOWN or (lag != LATEST and lag > self.config.acceptable_recovery_lag):
-                return []
-        at = max(now_ms, self.last_rebalance_ms + self.settings.min_probe_interval_ms)
-        if self.next_probe_ms is not None and self.next_probe_ms <= at:
-            return []
-        return self._schedule_probe(at, Trigger.EARLY_PROBE)
+        scheduled = None
+        if self.next_probe_ms is not None:
+            scheduled = Probe(self.next_probe_ms, Trigger(self.next_probe_reason or Trigger.PROBING_REBALANCE))
+        probe = early_probe(self.result, {m.process_id: m.lags for m in self.members.values()},
+                            self.config.acceptable_recovery_lag, self.settings.probing, now_ms,
+                            self.last_rebalance_ms, scheduled)
+        return [] if probe is None else self._schedule_probe(probe.at_ms, probe.trigger)
 
     def probe_due(self, now_ms: int) -> Outcome:
         if self.next_probe_ms is None or now_ms < self.next_probe_ms:
@@ -691,9 +686,7 @@ class Group:
             return Outcome(HeartbeatResponse(error, _MESSAGES[error]))
         effects = [] if member.join_call is not None else self._touch_session(member, now_ms)
         if request.lags is not None:
-            member.lags = request.lags
-            member.lags_updated_ms = now_ms
-            self._absorb_end_offsets(request.lags)
+            self._take_report(member, request.lags, now_ms)
         if self.state is GroupState.PREPARING_REBALANCE:
             return Outcome(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS, _MESSAGES[ErrorCode.REBALANCE_IN_PROGRESS]), effects)
         if request.generation_id != self.generation:
@@ -747,6 +740,26 @@ class Group:
             effects += self._prepare_rebalance(trigger, now_ms)
         return effects + self._maybe_complete_join(now_ms)
 
+    # ---- restore -------------------------------------------------------------------------------
+
+    def restored(self, now_ms: int) -> Outcome:
+        """A group just loaded from its snapshot (server start, lease takeover): every member's
+        session starts afresh, the scheduled probe is re-armed, and a rebalance that was being
+        prepared waits for its members again from now (they have no parked calls here)."""
+        effects: list = []
+        for member in sorted(self.members.values(), key=lambda m: m.member_id):
+            member.session_deadline_ms = now_ms + member.session_timeout_ms
+            member.session_armed = True
+            effects.append(ScheduleTimer(self._key(TimerKind.SESSION, member.member_id), member.session_deadline_ms))
+        if self.next_probe_ms is not None:
+            effects.append(ScheduleTimer(self._key(TimerKind.PROBE), self.next_probe_ms))
+        if self.state is GroupState.PREPARING_REBALANCE:
+            longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+            self.join_deadline_ms = now_ms + longest
+            self.join_ready_ms = now_ms
+            effects.append(ScheduleTimer(self._key(TimerKind.JOIN), self.join_deadline_ms))
+        return Outcome(effects=effects)
+
     # ---- drain ---------------------------------------------------------------------------------
 
     def unload(self) -> Outcome:
@@ -784,7 +797,7 @@ class Group:
                     num_threads=m.num_threads,
                     version=m.version,
                     latest_supported_version=m.latest_supported_version,
-                    lags=MappingProxyType(dict(sorted(m.lags.lags(self.end_offsets).items()))),
+                    lags=MappingProxyType(dict(sorted(m.lags.items()))),
                     lags_updated_ms=m.lags_updated_ms,
                     active=assignment.active,
                     standby=assignment.standby,
@@ -824,18 +837,18 @@ class Group:
             member = by_pid.get(pid)
             if member is None:
                 continue
-            lag = member.lags.lags(self.end_offsets).get(task, UNKNOWN)
+            lag = member.lags.get(task, UNKNOWN)
             age = max(0, now_ms - member.lags_updated_ms)
             if task in assignment.active:
-                return RouteAnswer(ErrorCode.NONE, "", task, (QueryHost(pid, member.endpoint, Role.ACTIVE.value, max(lag, 0) if lag == LATEST else lag, age),))
+                return RouteAnswer(ErrorCode.NONE, "", task, (QueryHost(pid, member.endpoint, Role.ACTIVE.value, lag, age),))
             role = Role.STANDBY if task in assignment.standby else Role.WARMUP if task in assignment.warmup else None
             if role is None:
                 continue
-            effective = 0 if lag == LATEST else lag
-            if effective == UNKNOWN or (max_lag is not None and effective > max_lag):
+            behind = lag.known_offsets
+            if behind is None or (max_lag is not None and behind > max_lag):
                 continue
-            hosts.append(QueryHost(pid, member.endpoint, role.value, effective, age))
-        hosts.sort(key=lambda h: (h.lag, h.process_id))
+            hosts.append(QueryHost(pid, member.endpoint, role.value, lag, age))
+        hosts.sort(key=lambda h: (h.lag.known_offsets, h.process_id))
         return RouteAnswer(ErrorCode.NONE, "", task, tuple(hosts))
 
 

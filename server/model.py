@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
-from assignor.model import LATEST, UNKNOWN, AssignmentConfig, TaskId, TaskSpec, TopicPartition
+from assignor.lag import RUNNING, UNKNOWN, Lag
+from assignor.model import AssignmentConfig, TaskId, TaskSpec, TopicPartition
+from assignor.probing import Trigger as Trigger
 
 #: The newest metadata version this server speaks (group_leader.proto, version history).
 LATEST_SUPPORTED_VERSION: Final = 2
@@ -46,19 +48,6 @@ class AssignorError(enum.IntEnum):
     VERSION_PROBING = 2
     ASSIGNMENT_ERROR = 3
     SHUTDOWN_REQUESTED = 4
-
-
-class Trigger(enum.StrEnum):
-    """Why a rebalance began: the rebalance log's ``trigger`` (docs/interfaces.md)."""
-
-    MEMBER_JOINED = "member_joined"
-    MEMBER_LEFT = "member_left"
-    SESSION_EXPIRED = "session_expired"
-    PROBING_REBALANCE = "probing_rebalance"
-    EARLY_PROBE = "early_probe"
-    TOPOLOGY_CHANGED = "topology_changed"
-    CONFIG_CHANGED = "config_changed"
-    MEMBER_REJOINED = "member_rejoined"
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,23 +199,28 @@ class Topology:
         return tuple(specs)
 
 
+# Kafka's offset sum of a running active (TaskMetadata "LATEST_OFFSET"), as on the wire.
+RUNNING_OFFSET_SUM: Final = -1
+
+
 @dataclass(frozen=True, slots=True)
 class LagReport:
     """A member's report of its state (KIP-441 "Rebalance Metadata": task lags), either as lags
-    or as offset sums plus changelog end offsets (lag = end - offset sum)."""
+    or as offset sums (``RUNNING_OFFSET_SUM`` for a running active) plus changelog end offsets
+    (lag = end - offset sum)."""
 
-    task_lags: Mapping[TaskId, int] = field(default_factory=lambda: MappingProxyType({}))
+    task_lags: Mapping[TaskId, Lag] = field(default_factory=lambda: MappingProxyType({}))
     offset_sums: Mapping[TaskId, int] = field(default_factory=lambda: MappingProxyType({}))
     end_offsets: Mapping[TaskId, int] = field(default_factory=lambda: MappingProxyType({}))
 
-    def lags(self, end_offsets: Mapping[TaskId, int]) -> dict[TaskId, int]:
+    def lags(self, end_offsets: Mapping[TaskId, int]) -> dict[TaskId, Lag]:
         """Task lags, with offset sums turned into lags against the group's end offsets."""
-        lags: dict[TaskId, int] = {}
+        lags: dict[TaskId, Lag] = {}
         for task, offset_sum in self.offset_sums.items():
-            if offset_sum == LATEST:
-                lags[task] = LATEST
+            if offset_sum == RUNNING_OFFSET_SUM:
+                lags[task] = RUNNING
             elif task in end_offsets:
-                lags[task] = max(0, end_offsets[task] - offset_sum)
+                lags[task] = Lag.behind(max(0, end_offsets[task] - offset_sum))
             else:
                 lags[task] = UNKNOWN
         lags.update(self.task_lags)
@@ -364,7 +358,7 @@ class MemberView:
     num_threads: int
     version: int
     latest_supported_version: int
-    lags: Mapping[TaskId, int]
+    lags: Mapping[TaskId, Lag]
     lags_updated_ms: int
     active: tuple[TaskId, ...]
     standby: tuple[TaskId, ...]
@@ -426,7 +420,7 @@ class QueryHost:
     process_id: str
     endpoint: HostInfo | None
     role: str  # assignor.model.Role value
-    lag: int
+    lag: Lag
     lag_age_ms: int
 
 

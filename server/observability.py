@@ -77,6 +77,8 @@ class Metrics:
             registry=r,
         )
 
+        self.groups_expired = Counter("remote_leader_groups_expired", "Empty groups removed after the retention", registry=r)
+
     def internal_errors_seen(self, method: str) -> None:
         self.internal_errors.labels(method).inc()
 

@@ -6,8 +6,10 @@ mutex between the member's rebalance and its cleanup; here one member's calls an
 session expiry or leave are serialised the same way, so an expiry never races a join in
 flight), the parked-call futures, the keyed timers, the assignor run (off the event loop),
 persistence before replies, the rebalance log and telemetry. Lock order: member, then group;
-no lock is held across an I/O await (persistence is awaited after the locks are released,
-and writes are ordered, so a later reply can never overtake an earlier write).
+no lock is held across an I/O await or the assignor: persistence is awaited after the locks
+are released (writes are ordered, so a later reply can never overtake an earlier write), and
+a ``ComputeAssignment`` runs after them, its result re-entering the state machine under the
+group's lock like any other event (``Group.assignment_computed`` drops a stale generation).
 """
 
 from __future__ import annotations
@@ -152,27 +154,15 @@ class Coordinator:
                 group = restore(document, self.settings)
                 self.groups[group.group_id] = group
                 await self._rearm(group)
-            self.store.start(self._snapshot_text)
+            self.store.start()
         if self.rebalance_log is not None:
             self.rebalance_log.start()
         self.loaded = True
         log.info("server.state.loaded", groups=len(self.groups))
 
     async def _rearm(self, group: Group) -> None:
-        now = self.clock.now_ms()
-        effects: list = []
-        for member in group.members.values():
-            member.session_deadline_ms = now + member.session_timeout_ms
-            member.session_armed = True
-            effects.append(ScheduleTimer(TimerKey(TimerKind.SESSION, group.group_id, member.member_id), member.session_deadline_ms))
-        if group.next_probe_ms is not None:
-            effects.append(ScheduleTimer(TimerKey(TimerKind.PROBE, group.group_id), group.next_probe_ms))
-        if group.state is GroupState.PREPARING_REBALANCE:
-            longest = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-            group.join_deadline_ms = now + longest
-            group.join_ready_ms = now
-            effects.append(ScheduleTimer(TimerKey(TimerKind.JOIN, group.group_id), group.join_deadline_ms))
-        await self._apply(group, effects)
+        """A restored group's timers, from its state machine (``Group.restored``)."""
+        await self._apply(group, group.restored(self.clock.now_ms()).effects)
 
     async def adopt(self, group_id: str, document: dict[str, Any] | None) -> None:
         """This replica took ``group_id``'s lease: serve it from its last durable snapshot."""
@@ -191,7 +181,7 @@ class Coordinator:
             group = self.groups.pop(group_id, None)
             if group is None:
                 return
-            _writes, replies = await self._apply(group, group.unload().effects)
+            _writes, replies, _computes = await self._apply(group, group.unload().effects)
         self._deliver(replies)
 
     async def check_owner(self, group_id: str) -> None:
@@ -207,13 +197,6 @@ class Coordinator:
 
     def _owner(self, group_id: str) -> Any:
         return self.ownership.owner_of(group_id) if self.ownership is not None else None
-
-    async def _snapshot_text(self, group_id: str) -> str | None:
-        async with self._group_locks.acquire(group_id):
-            group = self.groups.get(group_id)
-            if group is None or group.state is GroupState.DEAD:
-                return None
-            return json.dumps(snapshot(group), separators=(",", ":"))
 
     async def drain(self) -> None:
         """Graceful shutdown: refuse new calls, make every pending write durable, then answer
@@ -255,6 +238,20 @@ class Coordinator:
             return None
         view = group.describe()
         return dataclasses.replace(view, owner=self._owner(group_id)) if self.ownership is not None else view
+
+    async def expire(self, group_id: str) -> bool:
+        """Remove an Empty group from memory and from the store (server/retention.py). The group
+        lock is held until the removal is queued, so a JoinGroup that re-creates the group
+        afterwards is persisted after the deletion."""
+        async with self._group_locks.acquire(group_id):
+            group = self.groups.get(group_id)
+            if group is None or group.state is not GroupState.EMPTY or group.members:
+                return False
+            del self.groups[group_id]
+            forgotten = self.store.forget(group_id) if self.store is not None else None
+        if forgotten is not None:
+            await forgotten
+        return True
 
     def list_groups(self) -> list[GroupOverview]:
         overviews = [self.groups[g].overview() for g in sorted(self.groups)]
@@ -298,7 +295,7 @@ class Coordinator:
                             raise NotCoordinator(None, f"group {group_id!r} moved while this call waited")
                         group = self.groups[group_id] = Group(group_id, self.settings)
                     outcome = handler(group, call_id, self.clock.now_ms())
-                    writes, replies = await self._apply(group, outcome.effects)
+                    writes, replies, computes = await self._apply(group, outcome.effects)
                     if created and not group.members and group.generation == 0 and not writes:
                         del self.groups[group_id]  # a refused first join leaves no empty group behind
             finally:
@@ -312,6 +309,8 @@ class Coordinator:
                         await self.ownership.lost(group_id)
                     raise
             self._deliver(replies)
+            for compute in computes:
+                await self._compute(compute)
             if outcome.response is not None or future is None:
                 return outcome.response
             return await future
@@ -319,15 +318,13 @@ class Coordinator:
             if parkable:
                 self._calls.pop(call_id, None)
 
-    async def _apply(self, group: Group, effects: list) -> tuple[list[asyncio.Future], list[Reply]]:
-        """Carry out effects in order; the assignor's result feeds more effects back in."""
+    async def _apply(self, group: Group, effects: list) -> tuple[list[asyncio.Future], list[Reply], list[ComputeAssignment]]:
+        """Carry out effects in order, under the group's lock; the assignor runs are handed back,
+        to run once the locks are released (``_compute``)."""
         writes: list[asyncio.Future] = []
         replies: list[Reply] = []
-        queue = list(effects)
-        index = 0
-        while index < len(queue):
-            effect = queue[index]
-            index += 1
+        computes: list[ComputeAssignment] = []
+        for effect in effects:
             match effect:
                 case ScheduleTimer(key=key, deadline_ms=deadline):
                     self.timers.schedule(str(key), deadline, self._timer_callback(key))
@@ -337,9 +334,10 @@ class Coordinator:
                     replies.append(effect)
                 case Persist(group_id=gid):
                     if self.store is not None:
-                        writes.append(self.store.request(gid))
+                        # the group's state once the handler is done, taken under its lock
+                        writes.append(self.store.request(gid, json.dumps(snapshot(group), separators=(",", ":"))))
                 case ComputeAssignment():
-                    queue.extend((await self._compute(group, effect)).effects)
+                    computes.append(effect)
                 case AppendRebalanceLog(record=record):
                     if self.rebalance_log is not None:
                         self.rebalance_log.append(record)
@@ -347,9 +345,11 @@ class Coordinator:
                     self.telemetry.record(group.group_id, group.generation, len(group.members), name, fields)
                 case _:
                     raise TypeError(f"unknown effect {effect!r}")
-        return writes, replies
+        return writes, replies, computes
 
-    async def _compute(self, group: Group, effect: ComputeAssignment) -> Outcome:
+    async def _compute(self, effect: ComputeAssignment) -> None:
+        """Run the assignor in a worker thread, holding no lock, then hand its result back to
+        the group's state machine as an event of its own."""
         started = time.perf_counter()
         result: AssignmentResult | None = None
         error = ""
@@ -357,9 +357,11 @@ class Coordinator:
             result = await asyncio.to_thread(self._assign, effect.problem)
         except Exception as exc:  # the assignor's failure is the group's ASSIGNMENT_ERROR
             error = f"{type(exc).__name__}: {exc}"
-            log.error("group.assignor.failed", group_id=group.group_id, generation=effect.generation, error=error)
+            log.error("group.assignor.failed", group_id=effect.group_id, generation=effect.generation, error=error)
         compute_ms = (time.perf_counter() - started) * 1000.0
-        return group.assignment_computed(effect.generation, effect.problem, result, error, compute_ms, self.clock.now_ms())
+        with contextlib.suppress(NotCoordinator):  # the group moved to another replica meanwhile
+            await self._run(effect.group_id, "", lambda g, _c, n: g.assignment_computed(
+                effect.generation, effect.problem, result, error, compute_ms, n))
 
     def _deliver(self, replies: list[Reply]) -> None:
         for reply in replies:

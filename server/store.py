@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -22,19 +21,13 @@ from typing import Any, Protocol
 import aiosqlite
 import structlog
 
+from assignor.lag import Lag
 from assignor.model import (
     AssignmentConfig,
     AssignmentProblem,
-    AssignmentResult,
-    ClientAssignment,
-    RackAwareReport,
-    RackAwareStrategy,
-    Reason,
-    ReasonCode,
-    Role,
     TaskId,
 )
-from assignor.scenario import problem_to_document, result_to_document
+from assignor.scenario import parse_result, problem_to_document, result_to_document
 from server.group import Group, GroupSettings, GroupState, Member
 from server.model import AssignorError, HostInfo, LagReport, SourceTopic, StateStore, Subtopology, Topology
 
@@ -87,39 +80,12 @@ def topology_from_json(raw: list[dict[str, Any]]) -> Topology:
     )
 
 
-def _result_from_json(raw: dict[str, Any]) -> AssignmentResult:
-    clients = {
-        cid: ClientAssignment(
-            tuple(TaskId.parse(t) for t in a["active"]),
-            tuple(TaskId.parse(t) for t in a["standby"]),
-            tuple(TaskId.parse(t) for t in a["warmup"]),
-        )
-        for cid, a in raw["clients"].items()
-    }
-    rack = raw.get("rack_awareness") or {}
-    return AssignmentResult(
-        clients=MappingProxyType(clients),
-        probing_rebalance_needed=raw["probing_rebalance_needed"],
-        followup_rebalance_ms=raw["followup_rebalance_ms"],
-        reasons=tuple(
-            Reason(TaskId.parse(r["task"]), r["client"], Role(r["role"]), ReasonCode(r["code"]), r["detail"])
-            for r in raw.get("reasons", [])
-        ),
-        rack_awareness=RackAwareReport(
-            strategy=RackAwareStrategy(rack.get("strategy", "none")),
-            enabled=rack.get("enabled", False),
-            disabled_reason=rack.get("disabled_reason", ""),
-            cross_rack_before=rack.get("cross_rack_before", 0),
-            cross_rack_after=rack.get("cross_rack_after", 0),
-        ),
-    )
-
-
 def snapshot(group: Group) -> dict[str, Any]:
     """The group's durable state as a JSON-able document."""
     state = group.state
-    if state is GroupState.COMPLETING_REBALANCE and group.result is None and group.assignment_error is AssignorError.NONE:
-        # Mid-compute (never persisted by the runtime, which holds the group lock): be safe.
+    if group.awaiting_assignment:
+        # The assignor is still running (outside the group's lock): a restored group prepares
+        # the rebalance again rather than serve the previous generation's assignment.
         state = GroupState.PREPARING_REBALANCE
     config_doc = problem_to_document(AssignmentProblem((), (), group.config))["config"] if group.config else None
     return {
@@ -152,9 +118,9 @@ def snapshot(group: Group) -> dict[str, Any]:
                 "rack": m.rack,
                 "client_tags": dict(m.client_tags),
                 "lags": {
-                    "task_lags": _task_map(m.lags.task_lags),
-                    "offset_sums": _task_map(m.lags.offset_sums),
-                    "end_offsets": _task_map(m.lags.end_offsets),
+                    "task_lags": {str(t): lag.to_wire() for t, lag in sorted(m.report.task_lags.items())},
+                    "offset_sums": _task_map(m.report.offset_sums),
+                    "end_offsets": _task_map(m.report.end_offsets),
                 },
                 "lags_updated_ms": m.lags_updated_ms,
                 "shutdown_requested": m.shutdown_requested,
@@ -189,7 +155,7 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
         topology=topology_from_json(document["topology"]) if document["topology"] is not None else None,
         config=_config_from_json(document["config"]) if document["config"] is not None else None,
         end_offsets=_parse_task_map(document["end_offsets"]),
-        result=_result_from_json(document["result"]) if document["result"] else None,
+        result=parse_result(document["result"], "result") if document["result"] else None,
         assignment_error=AssignorError(document["assignment_error"]),
         last_rebalance_ms=document["last_rebalance_ms"],
         last_trigger=document["last_trigger"],
@@ -211,8 +177,8 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
             endpoint=HostInfo(*raw["endpoint"]) if raw["endpoint"] else None,
             rack=raw["rack"],
             client_tags=MappingProxyType(raw["client_tags"]),
-            lags=LagReport(
-                MappingProxyType(_parse_task_map(lags["task_lags"])),
+            report=LagReport(
+                MappingProxyType({t: Lag.from_wire(lag) for t, lag in _parse_task_map(lags["task_lags"]).items()}),
                 MappingProxyType(_parse_task_map(lags["offset_sums"])),
                 MappingProxyType(_parse_task_map(lags["end_offsets"])),
             ),
@@ -224,6 +190,7 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
         group.members[member.member_id] = member
         if member.group_instance_id:
             group.instances[member.group_instance_id] = member.member_id
+        member.lags = MappingProxyType(member.report.lags(group.end_offsets))
     group._rebuild_cluster()
     return group
 
@@ -234,13 +201,14 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
 class Store(Protocol):
     """What the runtime needs of durable group state, whatever the engine: SQLite for one
     instance (``GroupStore``), PostgreSQL for several replicas (``server.store_postgres``).
-    ``request(group_id)`` resolves once a snapshot taken after the call is durable, so a reply
-    awaited after it never depends on state that a crash could lose."""
+    ``request(group_id, snapshot)`` resolves once that snapshot (or a later one of the group) is
+    durable, so a reply awaited after it never depends on state that a crash could lose."""
 
     async def open(self) -> None: ...
     async def load_all(self) -> list[dict[str, Any]]: ...
-    def start(self, snapshot: Callable[[str], Awaitable[str | None]]) -> None: ...
-    def request(self, group_id: str) -> asyncio.Future: ...
+    def start(self) -> None: ...
+    def request(self, group_id: str, snapshot: str) -> asyncio.Future: ...
+    def forget(self, group_id: str) -> asyncio.Future: ...
     async def flush(self) -> None: ...
     async def close(self) -> None: ...
 
@@ -251,10 +219,10 @@ class GroupStore:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._db: aiosqlite.Connection | None = None
-        self._dirty: dict[str, list[asyncio.Future]] = {}
+        #: the latest snapshot (None: delete the group, it expired) and its waiters
+        self._dirty: dict[str, tuple[str | None, list[asyncio.Future]]] = {}
         self._wake = asyncio.Event()
         self._writer: asyncio.Task | None = None
-        self._snapshot: Callable[[str], Awaitable[str | None]] | None = None
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -273,27 +241,35 @@ class GroupStore:
             rows = await cursor.fetchall()
         return [json.loads(row[0]) for row in rows]
 
-    def start(self, snapshot: Callable[[str], Awaitable[str | None]]) -> None:
-        """``snapshot(group_id)`` returns the group's serialised state, taken under its lock."""
-        self._snapshot = snapshot
+    def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="group-store-writer")
 
-    def request(self, group_id: str) -> asyncio.Future:
-        """A future that resolves once a snapshot taken after this call is durable."""
+    def request(self, group_id: str, snapshot: str) -> asyncio.Future:
+        """A future that resolves once ``snapshot`` (taken under the group's lock) or a later
+        snapshot of the group is durable: writes coalesce to the latest."""
         future = asyncio.get_running_loop().create_future()
-        self._dirty.setdefault(group_id, []).append(future)
+        _, waiters = self._dirty.get(group_id, ("", []))
+        self._dirty[group_id] = (snapshot, [*waiters, future])
         self._wake.set()
         return future
+
+    def forget(self, group_id: str) -> asyncio.Future:
+        """A future that resolves once the group's row is deleted (an expired group, taken out
+        under its lock), unless a later snapshot of a group of that id replaces the deletion."""
+        return self.request(group_id, None)  # type: ignore[arg-type]
 
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._dirty:
-                group_id, waiters = next(iter(self._dirty.items()))
+                group_id, (text, waiters) = next(iter(self._dirty.items()))
                 del self._dirty[group_id]
                 try:
-                    await self._write(group_id)
+                    if text is None:
+                        await self._delete(group_id)
+                    else:
+                        await self._put(group_id, text)
                 except Exception as error:  # surface to every waiter, keep writing others
                     log.error("store.write.failed", group_id=group_id, error=repr(error))
                     for waiter in waiters:
@@ -304,13 +280,11 @@ class GroupStore:
                     if not waiter.done():
                         waiter.set_result(None)
 
-    async def _write(self, group_id: str) -> None:
-        if self._snapshot is None:
-            raise RuntimeError("store not started")
-        text = await self._snapshot(group_id)
-        if text is None:
-            return
-        await self._put(group_id, text)
+    async def _delete(self, group_id: str) -> None:
+        if self._db is None:
+            raise RuntimeError("store not open")
+        await self._db.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
+        await self._db.commit()
 
     async def _put(self, group_id: str, text: str) -> None:
         """Make one group's snapshot durable (the part a store of another engine replaces)."""
@@ -326,7 +300,7 @@ class GroupStore:
 
     async def flush(self) -> None:
         """Wait until every requested write is done."""
-        pending = [f for waiters in self._dirty.values() for f in waiters]
+        pending = [f for _, waiters in self._dirty.values() for f in waiters]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 

@@ -55,6 +55,13 @@ SCHEMA_VERSION = len(MIGRATIONS)
 #: The advisory lock key that serialises migrations between replicas ("rl-schema" in ASCII).
 _MIGRATION_LOCK = 0x726C2D736368656D
 
+_FENCED_DELETE = """
+DELETE FROM groups
+WHERE group_id = %(group_id)s AND EXISTS (
+    SELECT 1 FROM group_leases WHERE group_id = %(group_id)s AND owner = %(owner)s AND epoch = %(epoch)s
+)
+"""
+
 _FENCED_WRITE = """
 WITH lease AS (
     SELECT epoch FROM group_leases
@@ -136,6 +143,15 @@ class PostgresStore(GroupStore):
         if written is None:
             log.warning("store.write.fenced", group_id=group_id, epoch=epoch)
             raise FencedWrite(None, f"group {group_id!r}: lease epoch {epoch} was taken over")
+
+    async def _delete(self, group_id: str) -> None:
+        """An expired group's row goes only while this replica still holds its lease."""
+        lease = self._lease(group_id)
+        if lease is None:
+            raise NotCoordinator(None, f"this replica does not own group {group_id!r}")
+        owner, epoch = lease
+        async with self._pool.connection() as conn:
+            await conn.execute(_FENCED_DELETE, {"group_id": group_id, "owner": owner, "epoch": epoch})
 
     async def close(self) -> None:
         await self.flush()

@@ -27,7 +27,7 @@ def worst_case_restore(spec: TaskSpec, client: ClientState) -> float:
     lag = client.lags.get(spec.id)
     if lag == LATEST:
         return 0
-    return changelog if lag is None or lag == UNKNOWN else lag
+    return changelog if lag is None or lag == UNKNOWN else lag.offsets
 
 
 def caught_up(spec: TaskSpec, client: ClientState, acceptable_recovery_lag: int) -> bool:

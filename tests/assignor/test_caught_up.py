@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import assign
+from assignor.convergence import caught_up_clients
 from assignor.model import (
+    LATEST,
     MAX_ACCEPTABLE_RECOVERY_LAG,
     UNKNOWN,
     AssignmentConfig,
@@ -23,7 +25,6 @@ from assignor.model import (
     TaskId,
     TaskSpec,
 )
-from tests.assignor.convergence import caught_up_clients
 from tests.assignor.invariants import broken_rules, caught_up
 from tests.assignor.strategies import configs, groups
 
@@ -71,7 +72,7 @@ def test_everyone_caught_up_is_balanced_and_final_at_once(group, config, data):
         tasks = [replace(s, changelog_offsets=data.draw(st.integers(0, config.acceptable_recovery_lag)))
                  if s.stateful else s for s in tasks]
         clients = [replace(c, lags=MappingProxyType({t: lag for t, lag in c.lags.items()
-                                                     if lag < 0 or lag <= config.acceptable_recovery_lag}))
+                                                     if lag in (LATEST, UNKNOWN) or lag.offsets <= config.acceptable_recovery_lag}))
                    for c in clients]
     result = assign(tasks, clients, config)
     assert not result.probing_rebalance_needed

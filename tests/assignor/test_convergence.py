@@ -14,9 +14,9 @@ from types import MappingProxyType
 import pytest
 
 from assignor import assign
+from assignor.convergence import caught_up_clients, settle, settle_bound
 from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
 from assignor.target import StandbyChoice, large_group_formulations
-from tests.assignor.convergence import caught_up_clients, settle, settle_bound
 from tests.assignor.invariants import broken_rules
 
 RACKS = ("r0", "r1", "r2")

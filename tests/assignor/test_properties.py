@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import assign
-from tests.assignor.convergence import caught_up_clients
+from assignor.convergence import caught_up_clients
 from tests.assignor.invariants import broken_rules
 from tests.assignor.strategies import configs, groups
 

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import assign
+from assignor.convergence import settle
 from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
 from assignor.rack_aware import optimize_actives, optimize_standbys
 from assignor.ranking import rank_clients
 from assignor.target import CostModel, Group, active_target, standby_target
-from tests.assignor.convergence import settle
 from tests.assignor.invariants import broken_rules
 from tests.assignor.strategies import configs, groups
 

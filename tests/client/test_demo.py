@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from assignor.lag import Lag
 from assignor.model import LATEST, TaskId
 from client.assignment import EMPTY_ASSIGNMENT, MemberAssignment, diff
 from client.demo import Changelogs, DemoOptions, SimulatedWorker, choose_victim, run
@@ -24,11 +25,11 @@ def test_restoring_replicas_catch_up_at_the_restore_rate_and_actives_then_run():
     w, _ = worker()
     w.seed_caught_up((T[2],))
     w.on_assignment(diff(EMPTY_ASSIGNMENT, MemberAssignment(1, active=(T[0],), standby=(T[1],))))
-    assert w.task_lags() == {T[0]: 5_000, T[1]: 5_000, T[2]: 0}
+    assert w.task_lags() == {T[0]: Lag.behind(5_000), T[1]: Lag.behind(5_000), T[2]: Lag.behind(0)}
     w.tick(2.0)
-    assert w.task_lags() == {T[0]: 3_000, T[1]: 3_000, T[2]: 0}
+    assert w.task_lags() == {T[0]: Lag.behind(3_000), T[1]: Lag.behind(3_000), T[2]: Lag.behind(0)}
     w.tick(3.0)
-    assert w.task_lags() == {T[0]: LATEST, T[1]: 0, T[2]: 0}
+    assert w.task_lags() == {T[0]: LATEST, T[1]: Lag.behind(0), T[2]: Lag.behind(0)}
     assert w.in_sync()
 
 
@@ -42,7 +43,7 @@ def test_paused_standbys_fall_behind_and_unassigned_state_can_be_forgotten():
     changelogs.tick(1.0)  # and 100 more written in a second
     w.tick(1.0)
     lags = w.task_lags()
-    assert lags[T[0]] == LATEST and lags[T[1]] == 4_100
+    assert lags[T[0]] == LATEST and lags[T[1]] == Lag.behind(4_100)
     w.forget_unassigned()
     assert set(w.task_lags()) == {T[0], T[1]}
 

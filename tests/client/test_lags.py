@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, TaskId
 from client.lags import CheckpointLagSource, LagInfo
 from client.state import StateDirectory, parse_checkpoint, render_checkpoint
@@ -34,12 +35,12 @@ def source(directory, running=()):
 
 def test_lag_is_summed_over_logged_stores(directory):
     directory.write_checkpoint(TaskId(0, 0), {("app-counts-changelog", 0): 900, ("totals-log", 0): 450})
-    assert source(directory).task_lags() == {TaskId(0, 0): (1000 - 900) + (500 - 450)}
+    assert source(directory).task_lags() == {TaskId(0, 0): Lag.behind((1000 - 900) + (500 - 450))}
 
 
 def test_a_store_missing_from_the_checkpoint_counts_from_zero(directory):
     directory.write_checkpoint(TaskId(0, 1), {("app-counts-changelog", 1): 1000})
-    assert source(directory).task_lags() == {TaskId(0, 1): 500}
+    assert source(directory).task_lags() == {TaskId(0, 1): Lag.behind(500)}
 
 
 def test_running_active_reports_latest(directory):
@@ -51,7 +52,7 @@ def test_non_logged_stores_contribute_zero(directory):
     # KIP-441 revision, "State with logging disabled"
     directory.create(TaskId(1, 0))
     directory.write_checkpoint(TaskId(2, 0), {("app-logged-changelog", 0): 100})
-    assert source(directory).task_lags() == {TaskId(1, 0): 0, TaskId(2, 0): 200}
+    assert source(directory).task_lags() == {TaskId(1, 0): Lag.behind(0), TaskId(2, 0): Lag.behind(200)}
 
 
 @pytest.mark.parametrize(("task", "setup"), [
@@ -80,7 +81,7 @@ def test_end_offsets_callable_is_asked_only_for_local_changelogs(directory):
         return {cp: END_OFFSETS[cp] for cp in wanted if cp in END_OFFSETS}
 
     directory.write_checkpoint(TaskId(2, 0), {("app-logged-changelog", 0): 300})
-    assert CheckpointLagSource(TOPOLOGY, directory, end_offsets).task_lags() == {TaskId(2, 0): 0}
+    assert CheckpointLagSource(TOPOLOGY, directory, end_offsets).task_lags() == {TaskId(2, 0): Lag.behind(0)}
     assert asked == [frozenset({("app-logged-changelog", 0)})]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, TaskId
 from client.lags import LagInfo
 from client.sidecar import SidecarLagSource, parse_member_document
@@ -20,7 +21,7 @@ def test_with_a_state_dir_the_sidecar_computes_lags_from_checkpoints(tmp_path):
     source = SidecarLagSource(TOPOLOGY, state)
     assert source.task_lags() == {TaskId(0, 0): UNKNOWN, TaskId(0, 1): UNKNOWN}  # no end offsets yet
     source.update({}, {}, {("app-counts-changelog", 0): 1000, ("app-counts-changelog", 1): 50}, frozenset({TaskId(0, 1)}))
-    assert source.task_lags() == {TaskId(0, 0): 100, TaskId(0, 1): LATEST}
+    assert source.task_lags() == {TaskId(0, 0): Lag.behind(100), TaskId(0, 1): LATEST}
     assert source.store_partition_lags() == {"counts": {0: LagInfo(900, 1000), 1: LagInfo(50, 50)}}
 
 
@@ -29,14 +30,14 @@ def test_reported_task_lags_win(tmp_path):
     state.write_checkpoint(TaskId(0, 0), {("app-counts-changelog", 0): 900})
     source = SidecarLagSource(TOPOLOGY, state)
     source.update({TaskId(0, 0): 7}, {}, {("app-counts-changelog", 0): 1000}, frozenset())
-    assert source.task_lags() == {TaskId(0, 0): 7}
+    assert source.task_lags() == {TaskId(0, 0): Lag.behind(7)}
 
 
 def test_without_a_state_dir_only_reports_count():
     source = SidecarLagSource(TOPOLOGY)
     assert source.task_lags() == {}
     source.update({TaskId(0, 1): 3}, {}, {}, frozenset())
-    assert source.task_lags() == {TaskId(0, 1): 3}
+    assert source.task_lags() == {TaskId(0, 1): Lag.behind(3)}
 
 
 def test_member_document_with_config():

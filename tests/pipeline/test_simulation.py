@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from assignor.model import TaskId
 from pipeline.grid import expand_grid
 from pipeline.simulation import (
     GroupShape,
@@ -143,3 +144,20 @@ def test_commands_reject_bad_input_with_the_field_named_before_spark_starts(tmp_
     assert main(["analyze", str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_warm_up_reaches_the_acceptable_lag_exactly_when_the_simulator_probes():
+    """Restoring 990,000 offsets at a net 9,900 offsets/s takes exactly 100 s: at that instant
+    the replica reports 10,000 (never 10,001 from a rounding error), so the probe finds it
+    caught up; a millisecond earlier it still reports more. Odd rates stay exact too."""
+    from pipeline.simulation import _Clock, _warming_lags_ready, _World
+
+    task = TaskId(0, 0)
+    for restore, append in ((10_000.0, 100.0), (10_000.3, 99.9), (7.0, 3.0)):
+        clock = _Clock.of(Rates(restore, append))
+        world = _World((), {}, {}, {}, {}, {"b": {task: clock.units(1_000_000)}}, {}, clock, 1)
+        wait, lags = _warming_lags_ready(world, [("b", task)], 10_000)
+        assert lags["b"][task].within(10_000) and lags["b"][task].offsets >= 9_999, (restore, append)
+        earlier = clock.units(1_000_000) - (clock.restore - clock.append) * (wait - 1)
+        assert not clock.reported(earlier).within(10_000), (restore, append)
+

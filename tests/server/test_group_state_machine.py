@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import assignor
+from assignor.lag import Lag
 from assignor.model import AssignmentConfig, TaskId
 from server.effects import CancelTimer, ComputeAssignment, Reply, ScheduleTimer, TimerKind
 from server.group import Group, GroupSettings, GroupState
@@ -67,7 +68,7 @@ class GroupProtocol(RuleBasedStateMachine):
         request = JoinGroupRequest(
             group_id="g", member_id=member_id, group_instance_id=instance, session_timeout_ms=10_000,
             rebalance_timeout_ms=10_000,
-            subscription=Subscription(2, 2, process_id, TOPOLOGY, AssignmentConfig(), lags=LagReport(task_lags=lags)),
+            subscription=Subscription(2, 2, process_id, TOPOLOGY, AssignmentConfig(), lags=LagReport(task_lags={t: Lag.from_wire(v) for t, v in lags.items()})),
             new_member_id=f"m{self.calls}",
         )
         outcome = self.group.join(request, self.calls, self.now)

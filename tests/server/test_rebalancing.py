@@ -5,6 +5,7 @@ Expectations are written from the KIP's scenario, never computed with the server
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from remote_leader.v1 import errors_pb2 as epb
@@ -14,6 +15,18 @@ from tests.server.harness import LATEST, Worker, rebalance, run_for, settle
 PROBE_INTERVAL_MS = 600_000
 MIN_PROBE_INTERVAL_MS = 60_000
 INITIAL_DELAY_MS = 3_000
+
+
+async def _rebalance_log(leader, generation: int) -> list[str]:
+    """The rebalance log's lines once the line of ``generation`` is written: the server writes
+    the log off the event loop, after answering (server.observability.RebalanceLog)."""
+    path = leader.state_dir / "rebalance-log" / "rebalances.jsonl"
+    for _ in range(500):
+        lines = path.read_text().splitlines() if path.exists() else []
+        if any(json.loads(line)["generation"] == generation for line in lines):
+            return lines
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no rebalance-log line for generation {generation} after 5 s")
 
 
 async def _scaled_out(leader) -> tuple[Worker, Worker, Worker]:
@@ -101,14 +114,14 @@ async def test_early_probe_fires_once_warmups_catch_up_but_not_before_min_interv
     await rebalance(leader.clock, [i1, i2, i3])
     # The caught-up warm-up took over an active task.
     assert len(i3.active()) >= 1
-    log = (leader.state_dir / "rebalance-log" / "rebalances.jsonl").read_text().splitlines()
+    log = await _rebalance_log(leader, generation=i3.generation)
     assert json.loads(log[-1])["trigger"] == "early_probe"
 
 
 async def test_rebalance_log_records_input_output_and_trigger(leader):
     a, b = leader.worker(), leader.worker()
     await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
-    lines = (leader.state_dir / "rebalance-log" / "rebalances.jsonl").read_text().splitlines()
+    lines = await _rebalance_log(leader, generation=a.generation)
     assert len(lines) == 1
     record = json.loads(lines[0])
     assert record["schema"] == 1 and record["group_id"] == "app" and record["generation"] == a.generation

@@ -15,6 +15,7 @@ import pytest
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
 from server.model import NotCoordinator
+from server.store import snapshot
 from server.store_postgres import SCHEMA_VERSION, StoreSchemaError, migrate, open_pool
 from tests.server.harness import Worker, rebalance, running_server, settle
 
@@ -130,7 +131,8 @@ async def test_a_paused_owner_is_fenced_after_a_takeover(tmp_path, postgres_dsn)
             before = row(postgres_dsn, "SELECT snapshot, epoch FROM groups WHERE group_id = 'app'")
             # r1 wakes up and writes with its old epoch: PostgreSQL refuses it, r1 lets the group go.
             with pytest.raises(NotCoordinator):
-                await first.server.coordinator.store.request("app")
+                stale = json.dumps(snapshot(first.server.coordinator.groups["app"]))
+                await first.server.coordinator.store.request("app", stale)
             await ownership.lost("app")
             assert row(postgres_dsn, "SELECT snapshot, epoch FROM groups WHERE group_id = 'app'") == before
             assert first.server.metrics.fenced_writes._value.get() == 1

@@ -2,7 +2,8 @@
 
 Between rounds every replica the assignor placed catches up completely (actives report
 "latest", standbys and warm-ups lag 0) and every other piece of state is deleted: the most
-pessimistic state cleaner. Kafka's TaskAssignorConvergenceTest does the same.
+pessimistic state cleaner. Kafka's TaskAssignorConvergenceTest does the same. The convergence
+tests check the bound here; the simulator starts every run from a group settled this way.
 """
 
 from __future__ import annotations

@@ -1,0 +1,151 @@
+"""A lag: how far one client's state for one task is behind, and the KIP-441 rank defined on it.
+
+KIP-441 "Rebalance Metadata": members report a lag per task with local state. It is one of
+four things (scenario.md, "lags"):
+
+- *running*: a restored active, processing ("latest" in JSON; KIP-535 reports it as lag 0);
+- a number of *offsets* behind the changelog end, >= 0;
+- *unknown*: the client has state of unknown size (better than none, never caught up);
+- *no state*: nothing on disk; in a ``ClientState`` it is the task's absence from ``lags``.
+
+Every edge turns its encoding into a ``Lag`` once (scenario JSON, the gRPC edge, the
+simulator, the worker's lag sources); inside, lags are compared only through these methods.
+On the wire (``TaskLag.lag``) running is -1 and unknown is -2 (``to_wire``, ``from_wire``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Final
+
+UNBOUNDED_OFFSETS: Final = 1 << 62  # "max long as a proxy" for an unknown changelog size
+# The largest acceptable_recovery_lag: "max long" (an int64 on the wire). At this value every
+# client is caught up on every task, even one whose changelog size is unknown.
+MAX_ACCEPTABLE_RECOVERY_LAG: Final = (1 << 63) - 1
+
+_WIRE_RUNNING: Final = -1
+_WIRE_UNKNOWN: Final = -2
+
+
+class LagKind(enum.Enum):
+    RUNNING = "latest"
+    OFFSETS = "offsets"
+    UNKNOWN = "unknown"
+    NO_STATE = "no_state"
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    """One task's lag on one client: ``kind``, and ``offsets`` behind when that is the kind."""
+
+    kind: LagKind
+    offsets: int = 0
+
+    @staticmethod
+    def behind(offsets: int) -> Lag:
+        """``offsets`` behind the changelog end (>= 0)."""
+        if isinstance(offsets, bool) or not isinstance(offsets, int) or offsets < 0:
+            raise ValueError(f"a lag in offsets must be an integer >= 0, got {offsets!r}")
+        return Lag(LagKind.OFFSETS, offsets)
+
+    @staticmethod
+    def coerce(value: Lag | int) -> Lag:
+        """A ``Lag`` as is; a plain integer as a number of offsets (never a sentinel)."""
+        return value if isinstance(value, Lag) else Lag.behind(value)
+
+    # ---- the encodings ---------------------------------------------------------------------
+
+    @staticmethod
+    def from_wire(value: int) -> Lag:
+        if value == _WIRE_RUNNING:
+            return RUNNING
+        if value == _WIRE_UNKNOWN:
+            return UNKNOWN
+        return Lag.behind(value)
+
+    def to_wire(self) -> int:
+        if self.kind is LagKind.RUNNING:
+            return _WIRE_RUNNING
+        if self.kind is LagKind.UNKNOWN:
+            return _WIRE_UNKNOWN
+        if self.kind is LagKind.NO_STATE:
+            raise ValueError("no state is not reported: the task is left out")
+        return self.offsets
+
+    @staticmethod
+    def from_json(value: Any) -> Lag:
+        """scenario.md "lags": an integer >= 0, "latest" or "unknown"; ValueError otherwise."""
+        if value == "latest":
+            return RUNNING
+        if value == "unknown":
+            return UNKNOWN
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a non-negative integer, 'latest' or 'unknown', got {value!r}")
+        if value < 0:
+            raise ValueError(f"lag must be >= 0, got {value}")
+        return Lag(LagKind.OFFSETS, value)
+
+    def to_json(self) -> int | str:
+        if self.kind is LagKind.OFFSETS:
+            return self.offsets
+        if self.kind is LagKind.NO_STATE:
+            raise ValueError("no state is not reported: the task is left out")
+        return self.kind.value
+
+    # ---- what a lag means --------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.kind is LagKind.RUNNING
+
+    @property
+    def known_offsets(self) -> int | None:
+        """Offsets left to restore: 0 when running, None when unknown or without state."""
+        if self.kind is LagKind.OFFSETS:
+            return self.offsets
+        return 0 if self.kind is LagKind.RUNNING else None
+
+    def within(self, acceptable_recovery_lag: int) -> bool:
+        """Running, or a known lag within ``acceptable_recovery_lag`` offsets of the end: what
+        a warming replica reports once it may take over (the early probe's test)."""
+        kind = self.kind
+        return kind is LagKind.RUNNING or (kind is LagKind.OFFSETS and self.offsets <= acceptable_recovery_lag)
+
+    def rank(self, changelog_offsets: int | None, acceptable_recovery_lag: int) -> int:
+        """KIP-441 "Computing the most-caught-up instances": 0 when caught up, else the
+        worst-case restore in offsets, ordered so that "unknown" ranks after every known lag but
+        before no state. Lower is better.
+
+        Caught up means the worst-case restore is "acceptable for immediate assignment" (KIP-441
+        "Parameters"): the reported lag; the whole changelog with no state; at most the whole
+        changelog with state of "unknown" size. So no state or unknown state is caught up on a
+        task whose changelog is within ``acceptable_recovery_lag`` (always on a changelog of 0,
+        every store unlogged: KIP-441 revision, "State with logging disabled"); on a changelog
+        of unknown size ("max long as a proxy") only at the largest acceptable lag.
+
+        Scaled by 4 so that the tiers interleave exactly (``ranking.Tier``): lag L -> 4L,
+        unknown -> 4C+1, no state -> 4C+2 (C the changelog size)."""
+        kind = self.kind
+        if kind is LagKind.OFFSETS:
+            return 0 if self.offsets <= acceptable_recovery_lag else 4 * self.offsets
+        if kind is LagKind.RUNNING or whole_changelog_acceptable(changelog_offsets, acceptable_recovery_lag):
+            return 0
+        size = UNBOUNDED_OFFSETS if changelog_offsets is None else changelog_offsets
+        return 4 * size + (1 if kind is LagKind.UNKNOWN else 2)
+
+    def __str__(self) -> str:
+        return str(self.offsets) if self.kind is LagKind.OFFSETS else self.kind.value
+
+
+def whole_changelog_acceptable(changelog_offsets: int | None, acceptable_recovery_lag: int) -> bool:
+    """Is restoring the whole changelog within the acceptable lag? An unknown size is unbounded:
+    acceptable only at the largest ``acceptable_recovery_lag``."""
+    if changelog_offsets is None:
+        return acceptable_recovery_lag >= MAX_ACCEPTABLE_RECOVERY_LAG
+    return changelog_offsets <= acceptable_recovery_lag
+
+
+RUNNING: Final = Lag(LagKind.RUNNING)
+UNKNOWN: Final = Lag(LagKind.UNKNOWN)
+NO_STATE: Final = Lag(LagKind.NO_STATE)

@@ -1,0 +1,116 @@
+"""The runtime carries out the state machine's effects (server.runtime, server.effects): the
+assignor runs holding no lock and its result comes back as an event of its own; a restored
+group's timers come from the state machine; a Persist's snapshot is the group's state once the
+handler is done."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import assignor
+from assignor.model import AssignmentConfig, TaskId
+from server.effects import ScheduleTimer, TimerKind
+from server.group import Group, GroupSettings, GroupState, Member
+from server.model import (
+    ErrorCode,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LagReport,
+    SourceTopic,
+    StateStore,
+    Subscription,
+    Subtopology,
+    Topology,
+)
+from server.runtime import Coordinator
+from server.timers import FakeClock
+
+TOPOLOGY = Topology((Subtopology(0, (SourceTopic("in", 4),), (StateStore("counts", logged=True),)),))
+
+
+def _join(member: str, member_id: str = "") -> JoinGroupRequest:
+    subscription = Subscription(2, 2, f"process-{member}", TOPOLOGY, AssignmentConfig())
+    return JoinGroupRequest("app", member_id, None, 30_000, 30_000, subscription, new_member_id=member)
+
+
+class _Gate:
+    """An assignor whose first run waits until released."""
+
+    def __init__(self) -> None:
+        self.inside, self.release, self.runs = threading.Event(), threading.Event(), 0
+
+    def __call__(self, problem):
+        self.runs += 1
+        if self.runs == 1:
+            self.inside.set()
+            assert self.release.wait(10)
+        return assignor.solve(problem)
+
+
+async def test_the_group_answers_while_the_assignor_runs_and_its_result_completes_the_join():
+    clock, gate = FakeClock(), _Gate()
+    coordinator = Coordinator(GroupSettings(initial_rebalance_delay_ms=0), clock, clock, assign=gate)
+    join = asyncio.create_task(coordinator.join(_join("m1")))
+    assert await asyncio.to_thread(gate.inside.wait, 10)
+    # The assignor holds no lock: a heartbeat of the member is answered meanwhile.
+    beat = await asyncio.wait_for(coordinator.heartbeat(HeartbeatRequest("app", "m1", None, 1)), 5)
+    assert beat.error is ErrorCode.NONE
+    assert coordinator.groups["app"].state is GroupState.COMPLETING_REBALANCE
+    gate.release.set()
+    response = await asyncio.wait_for(join, 10)
+    assert (response.error, response.generation_id) == (ErrorCode.NONE, 1)
+    assert coordinator.groups["app"].result is not None
+
+
+async def test_a_result_that_comes_back_after_the_group_moved_on_is_dropped():
+    clock, gate = FakeClock(), _Gate()
+    coordinator = Coordinator(GroupSettings(initial_rebalance_delay_ms=0), clock, clock, assign=gate)
+    first = asyncio.create_task(coordinator.join(_join("m1")))
+    assert await asyncio.to_thread(gate.inside.wait, 10)
+    # A second member joins while generation 1 is computed: the rebalance starts over.
+    second = asyncio.create_task(coordinator.join(_join("m2")))
+    for _ in range(500):
+        if coordinator.groups["app"].generation == 2 and coordinator.groups["app"].result is not None:
+            break
+        await asyncio.sleep(0.01)
+    gate.release.set()
+    responses = await asyncio.wait_for(asyncio.gather(first, second), 10)
+    assert [(r.error, r.generation_id) for r in responses] == [(ErrorCode.NONE, 2)] * 2
+    group = coordinator.groups["app"]
+    assert group.generation == 2 and sorted(group.result.clients) == ["process-m1", "process-m2"]
+    assert not group.awaiting_assignment
+
+
+def test_a_restored_group_gets_its_timers_from_the_state_machine():
+    group = Group("app", GroupSettings(), state=GroupState.PREPARING_REBALANCE, generation=3, next_probe_ms=90_000)
+    group.members["m1"] = Member("m1", None, "p1", 10_000, 40_000, 2, 2, 1, None, None, {}, LagReport(), 0)
+    effects = group.restored(now_ms=5_000).effects
+    timers = {(e.key.kind, e.key.member_id): e.deadline_ms for e in effects if isinstance(e, ScheduleTimer)}
+    assert timers == {(TimerKind.SESSION, "m1"): 15_000, (TimerKind.PROBE, ""): 90_000, (TimerKind.JOIN, ""): 45_000}
+    assert group.join_ready_ms == 5_000
+
+
+class _Store:
+    """Records what the runtime hands the store."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict]] = []
+
+    def request(self, group_id: str, snapshot: str) -> asyncio.Future:
+        self.requests.append((group_id, json.loads(snapshot)))
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+
+async def test_persist_hands_the_store_the_snapshot_of_the_finished_handler():
+    clock = FakeClock()
+    store = _Store()
+    coordinator = Coordinator(GroupSettings(initial_rebalance_delay_ms=0), clock, clock, store=store)
+    response = await coordinator.join(_join("m1"))
+    assert response.error is ErrorCode.NONE
+    group_id, document = store.requests[-1]
+    assert group_id == "app" and document["generation"] == 1 and document["state"] == "CompletingRebalance"
+    assert document["result"]["clients"]["process-m1"]["active"] == [str(TaskId(0, p)) for p in range(4)]
