@@ -15,9 +15,9 @@ import math
 import pytest
 
 from assignor import assign
+from assignor.convergence import caught_up_clients, settle
 from assignor.model import AssignmentConfig, ClientState
 from bench.workloads import tasks_of
-from tests.assignor.convergence import caught_up_clients, settle
 from tests.assignor.invariants import broken_rules
 
 
