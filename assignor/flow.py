@@ -11,6 +11,9 @@ from __future__ import annotations
 import numpy as np
 from ortools.graph.python import min_cost_flow
 
+# (subtopologies x clients) pairs from which a (subtopology, client) layer goes through funnels
+FUNNEL_PAIRS = 20_000
+
 
 class FlowError(RuntimeError):
     """The solver found no feasible flow; a bug in how a graph was built, not bad input."""
@@ -96,3 +99,30 @@ class FlowGraph:
         if self._flows is None:
             raise FlowError("solve() first")
         return self._flows[arcs.start : arcs.stop]
+
+
+def fill_by_demand(demand: np.ndarray, caps: np.ndarray, amount: int) -> np.ndarray:
+    """``amount`` units over clients, at most ``caps`` and ``demand`` each, one at a time to the
+    largest remaining demand (first in order among equals): water-filling to a level, found by
+    bisection. Gives less than ``amount`` only when every client is full.
+
+    How a funnel's flow is split per (subtopology, client): the flows that keep a subtopology's
+    (subtopology, client) layer small send it to clients through one funnel node, a relaxation
+    that is exact whenever this split fits every cap (``assignor.target._SubtopologyHubs``,
+    ``assignor.rack_flow.solve_compressed``)."""
+    room = np.minimum(caps, demand)
+    if int(room.sum()) <= amount:
+        return room
+    low, high = 0, int(demand.max())  # given(level) = min(caps, max(0, demand - level)) shrinks with level
+    while low < high:
+        level = (low + high) // 2
+        if int(np.minimum(caps, np.maximum(demand - level, 0)).sum()) <= amount:
+            high = level
+        else:
+            low = level + 1
+    given = np.minimum(caps, np.maximum(demand - low, 0))
+    short = amount - int(given.sum())
+    if short:  # the next units go to clients waiting exactly at the level, in order
+        waiting = np.flatnonzero((demand - given == low) & (given < caps) & (demand > 0))
+        given[waiting[:short]] += 1
+    return given

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -84,29 +85,25 @@ def _parse_tasks(raw: Any) -> tuple[TaskSpec, ...]:
         raise InvalidInput("tasks", "expected a list")
     seen: set[TaskId] = set()
     specs = []
-    for index, item in enumerate(raw):
-        where = f"tasks[{index}]"
+    for index, item in enumerate(raw):  # field names are formatted only for an error (hot loop)
         if not isinstance(item, Mapping):
-            raise InvalidInput(where, "expected an object")
-        task_id = TaskId.parse(item.get("id"), f"{where}.id")
+            raise InvalidInput(f"tasks[{index}]", "expected an object")
+        task_id = TaskId.parse(item.get("id"), f"tasks[{index}].id")
         if task_id in seen:
-            raise InvalidInput(f"{where}.id", f"duplicate task id {task_id}")
+            raise InvalidInput(f"tasks[{index}].id", f"duplicate task id {task_id}")
         seen.add(task_id)
         stateful = item.get("stateful", False)
-        if not isinstance(stateful, bool):
-            raise InvalidInput(f"{where}.stateful", "expected true or false")
+        if stateful is not True and stateful is not False:
+            raise InvalidInput(f"tasks[{index}].stateful", "expected true or false")
         changelog = item.get("changelog_offsets")
-        if changelog is not None and (isinstance(changelog, bool) or not isinstance(changelog, int) or changelog < 0):
-            raise InvalidInput(f"{where}.changelog_offsets", f"expected a non-negative integer, got {changelog!r}")
-        specs.append(
-            TaskSpec(
-                id=task_id,
-                stateful=stateful,
-                changelog_offsets=changelog,
-                partitions=_parse_partitions(item.get("partitions", []), f"{where}.partitions"),
-            )
-        )
-    return tuple(sorted(specs, key=lambda spec: spec.id))
+        if changelog is not None and (type(changelog) is not int or changelog < 0):
+            raise InvalidInput(f"tasks[{index}].changelog_offsets",
+                               f"expected a non-negative integer, got {changelog!r}")
+        partitions = item.get("partitions")
+        specs.append(TaskSpec(task_id, stateful, changelog,
+                              _parse_partitions(partitions, f"tasks[{index}].partitions") if partitions is not None else ()))
+    specs.sort(key=attrgetter("id"))
+    return tuple(specs)
 
 
 def _parse_partitions(raw: Any, where: str) -> tuple[TopicPartition, ...]:
@@ -116,41 +113,72 @@ def _parse_partitions(raw: Any, where: str) -> tuple[TopicPartition, ...]:
         raise InvalidInput(where, "expected a list")
     partitions = []
     for index, item in enumerate(raw):
-        here = f"{where}[{index}]"
         if not isinstance(item, Mapping):
-            raise InvalidInput(here, "expected an object")
+            raise InvalidInput(f"{where}[{index}]", "expected an object")
         topic = item.get("topic")
         if not isinstance(topic, str) or not topic:
-            raise InvalidInput(f"{here}.topic", "expected a topic name")
+            raise InvalidInput(f"{where}[{index}].topic", "expected a topic name")
         number = item.get("partition")
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-            raise InvalidInput(f"{here}.partition", f"expected a non-negative integer, got {number!r}")
-        racks = item.get("racks", [])
-        if racks is None:
-            racks = []
-        if not isinstance(racks, list) or not all(isinstance(r, str) for r in racks):
-            raise InvalidInput(f"{here}.racks", "expected a list of rack names")
-        partitions.append(TopicPartition(topic, number, frozenset(racks)))
+            raise InvalidInput(f"{where}[{index}].partition", f"expected a non-negative integer, got {number!r}")
+        racks = item.get("racks")
+        replicas = _RACK_SETS.get(tuple(racks)) if type(racks) is list else None
+        if replicas is None:
+            replicas = _rack_set(racks, f"{where}[{index}].racks")
+        partitions.append(TopicPartition(topic, number, replicas))
     return tuple(partitions)
 
 
-def _parse_task_list(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> frozenset[TaskId]:
+# Rack lists seen so far and their sets: a group's partitions repeat a few rack combinations,
+# so each is validated and built once (a bounded cache: at most _RACK_SETS_LIMIT entries).
+_RACK_SETS: dict[tuple, frozenset[str]] = {}
+_RACK_SETS_LIMIT = 4096
+
+
+def _rack_set(racks: Any, where: str) -> frozenset[str]:
+    if racks is None:
+        racks = []
+    if not isinstance(racks, list) or not all(isinstance(r, str) for r in racks):
+        raise InvalidInput(where, "expected a list of rack names")
+    replicas = frozenset(racks)
+    if len(_RACK_SETS) < _RACK_SETS_LIMIT:
+        _RACK_SETS[tuple(racks)] = replicas
+    return replicas
+
+
+def _parse_task_list(raw: Any, where: str, tasks: _TaskIndex) -> frozenset[TaskId]:
     if raw is None:
         return frozenset()
     if not isinstance(raw, list):
         raise InvalidInput(where, "expected a list of task ids")
+    by_text = tasks.by_text
     result = set()
     for index, text in enumerate(raw):
-        task_id = TaskId.parse(text, f"{where}[{index}]")
-        if task_id not in tasks:
-            raise InvalidInput(f"{where}[{index}]", f"unknown task {task_id}")
-        result.add(task_id)
+        task_id = by_text.get(text) if type(text) is str else None
+        result.add(task_id if task_id is not None else tasks.lookup(text, f"{where}[{index}]"))
     return frozenset(result)
+
+
+class _TaskIndex:
+    """The group's tasks by id and by the canonical text of their id (``0_1``): clients name
+    tasks tens of thousands of times, and a dictionary hit costs far less than parsing."""
+
+    def __init__(self, tasks: Mapping[TaskId, TaskSpec]) -> None:
+        self.tasks = tasks
+        self.by_text = {str(task): task for task in tasks}
+
+    def lookup(self, text: Any, where: str) -> TaskId:
+        """Any other spelling (``00_1``) parsed, or the error naming the field."""
+        task_id = TaskId.parse(text, where)
+        if task_id not in self.tasks:
+            raise InvalidInput(where, f"unknown task {task_id}")
+        return task_id
 
 
 def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientState, ...]:
     if not isinstance(raw, list):
         raise InvalidInput("clients", "expected a list")
+    task_index = _TaskIndex(tasks)
     seen: set[str] = set()
     active_owner: dict[TaskId, str] = {}
     clients = []
@@ -175,8 +203,8 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
             isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
         ):
             raise InvalidInput(f"{where}.tags", "expected an object of string values")
-        prev_active = _parse_task_list(item.get("prev_active"), f"{where}.prev_active", tasks)
-        prev_standby = _parse_task_list(item.get("prev_standby"), f"{where}.prev_standby", tasks)
+        prev_active = _parse_task_list(item.get("prev_active"), f"{where}.prev_active", task_index)
+        prev_standby = _parse_task_list(item.get("prev_standby"), f"{where}.prev_standby", task_index)
         for task_id in sorted(prev_active):
             if task_id in active_owner:
                 raise InvalidInput(
@@ -192,27 +220,27 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
                 tags=MappingProxyType(dict(tags)),
                 prev_active=prev_active,
                 prev_standby=prev_standby - prev_active,
-                lags=MappingProxyType(_parse_lags(item.get("lags"), f"{where}.lags", tasks)),
+                lags=MappingProxyType(_parse_lags(item.get("lags"), f"{where}.lags", task_index)),
             )
         )
     return tuple(sorted(clients, key=lambda client: client.id))
 
 
-def _parse_lags(raw: Any, where: str, tasks: Mapping[TaskId, TaskSpec]) -> dict[TaskId, Lag]:
+def _parse_lags(raw: Any, where: str, tasks: _TaskIndex) -> dict[TaskId, Lag]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
         raise InvalidInput(where, "expected an object of task id to lag")
+    by_text = tasks.by_text
     lags = {}
     for text, value in raw.items():
-        here = f"{where}.{text}"
-        task_id = TaskId.parse(text, here)
-        if task_id not in tasks:
-            raise InvalidInput(here, f"unknown task {task_id}")
+        task_id = by_text.get(text)
+        if task_id is None:
+            task_id = tasks.lookup(text, f"{where}.{text}")
         try:
             lags[task_id] = Lag.from_json(value)
         except ValueError as error:
-            raise InvalidInput(here, str(error)) from None
+            raise InvalidInput(f"{where}.{text}", str(error)) from None
     return lags
 
 

@@ -38,7 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from assignor.balance import quotas
-from assignor.flow import FlowError, FlowGraph
+from assignor.flow import FUNNEL_PAIRS, FlowError, FlowGraph, fill_by_demand
 from assignor.model import ClientState, TaskId, TaskSpec
 from assignor.ranking import Ranking, Tier, tier_of
 
@@ -64,7 +64,6 @@ SHARE_PREFERENCE = 1
 STANDBY_CHAIN = 1
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use every arc
-FUNNEL_PAIRS = 20_000  # subtopologies x clients from which hubs reach clients through funnels
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,12 +248,12 @@ class _SubtopologyHubs:
                     continue
                 funnelled = self._entries[key][5]
                 wants = demand[funnelled]
-                given = _fill(wants, self._caps[key][funnelled], amount)
+                given = fill_by_demand(wants, self._caps[key][funnelled], amount)
                 over = amount - int(given.sum())
                 if over:  # every funnelled client with demand left is at its cap: excess
                     paid -= over
                     left = wants - given
-                    extra = _fill(left, left, over)
+                    extra = fill_by_demand(left, left, over)
                     if paid < 0 or int(extra.sum()) < over:
                         return self._fed()
                     given += extra
@@ -278,28 +277,6 @@ class _SubtopologyHubs:
         if key in self._funnelled_units:
             units[funnelled] = self._funnelled_units[key]
         return dict(zip(self._clients, units.tolist(), strict=True))
-
-
-def _fill(demand: np.ndarray, caps: np.ndarray, amount: int) -> np.ndarray:
-    """``amount`` units over clients, at most ``caps`` and ``demand`` each, one at a time to the
-    largest remaining demand (first in order among equals): water-filling to a level, found by
-    bisection. Gives less than ``amount`` only when every client is full."""
-    room = np.minimum(caps, demand)
-    if int(room.sum()) <= amount:
-        return room
-    low, high = 0, int(demand.max())  # given(level) = min(caps, max(0, demand - level)) shrinks with level
-    while low < high:
-        level = (low + high) // 2
-        if int(np.minimum(caps, np.maximum(demand - level, 0)).sum()) <= amount:
-            high = level
-        else:
-            low = level + 1
-    given = np.minimum(caps, np.maximum(demand - low, 0))
-    short = amount - int(given.sum())
-    if short:  # the next units go to clients waiting exactly at the level, in order
-        waiting = np.flatnonzero((demand - given == low) & (given < caps) & (demand > 0))
-        given[waiting[:short]] += 1
-    return given
 
 
 def share_segments(window: tuple[int, int], share: tuple[int, int]) -> list[tuple[int, int]]:

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from remote_leader.v1 import group_leader_pb2
+from server.assignor_runner import AssignorRunner
 from server.auth import Authenticator, Gate, JwtSettings, is_loopback
 from server.edge import GroupLeaderServicer, add_to_server
 from server.group import GroupSettings
@@ -86,6 +87,9 @@ class Settings:
     log_level: str = "info"
     log_format: str = "json"
     event_loop: str = "auto"
+    # server/assignor_runner.py: problems of at least this many tasks run in worker processes
+    assignor_processes: int = 1
+    assignor_process_min_tasks: int = 2_000
     # docs/security.md, "Limits"
     max_message_bytes: int = _DEFAULT_LIMITS.max_message_bytes
     max_partitions_per_topic: int = _DEFAULT_LIMITS.max_partitions_per_topic
@@ -220,7 +224,9 @@ class LeaderServer:
             store = GroupStore(Path(s.state_dir) / "state.db")
         await store.open()
         rebalance_log = RebalanceLog(Path(s.state_dir) / "rebalance-log", s.rebalance_log_max_bytes, s.rebalance_log_backups)
-        self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics)
+        runner = AssignorRunner(processes=s.assignor_processes, min_process_tasks=s.assignor_process_min_tasks)
+        self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics,
+                                       runner=runner)
         self.coordinator.ownership = self.ownership
         self.retention = Retention(self.coordinator, self.clock, self.coordinator.timers, s.empty_group_retention_ms,
                                    on_expired=lambda _gid: self.metrics.groups_expired.inc())

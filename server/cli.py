@@ -49,6 +49,8 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--log-level", "log_level", "REMOTE_LEADER_LOG_LEVEL", str),
     ("--log-format", "log_format", "REMOTE_LEADER_LOG_FORMAT", str),
     ("--event-loop", "event_loop", "REMOTE_LEADER_EVENT_LOOP", str),
+    ("--assignor-processes", "assignor_processes", "REMOTE_LEADER_ASSIGNOR_PROCESSES", int),
+    ("--assignor-process-min-tasks", "assignor_process_min_tasks", "REMOTE_LEADER_ASSIGNOR_PROCESS_MIN_TASKS", int),
     *(
         (f"--{name.replace('_', '-')}", name, f"REMOTE_LEADER_{name.upper()}", int)
         for name in (
@@ -84,6 +86,8 @@ _HELP: dict[str, str] = {
     "--log-level": f"log level: {', '.join(_LOG_LEVELS)}",
     "--log-format": "log lines as json (one object per line) or console (for people)",
     "--event-loop": "auto (uvloop when installed), uvloop or asyncio",
+    "--assignor-processes": "worker processes for large assignments, so that they never stall other groups; 0 runs them in a thread",
+    "--assignor-process-min-tasks": "problems with at least this many tasks go to a worker process; smaller ones run in a thread",
     "--store": "group state store: sqlite (one server) or a postgresql:// DSN (several replicas)",
     "--replica-id": "with PostgreSQL: this replica's id (default: host name and a random suffix)",
     "--advertise-address": "with PostgreSQL: HOST:PORT clients reach this replica at (default: from --listen)",
@@ -156,7 +160,8 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]):
 
 def _check(s) -> None:
     for name in ("metrics_port", "min_session_timeout_ms", "max_session_timeout_ms", "initial_rebalance_delay_ms",
-                 "min_probe_interval_ms", "max_pending_requests", "empty_group_retention_ms", "rebalance_log_max_bytes", "rebalance_log_backups"):
+                 "min_probe_interval_ms", "max_pending_requests", "empty_group_retention_ms", "rebalance_log_max_bytes", "rebalance_log_backups",
+                 "assignor_processes", "assignor_process_min_tasks"):
         if getattr(s, name) < 0:
             raise SettingsError(f"--{name.replace('_', '-')}: must be >= 0, got {getattr(s, name)}")
     if s.min_session_timeout_ms > s.max_session_timeout_ms:

@@ -23,7 +23,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf import message_factory
 
-from assignor import STRATEGIES, solve
+from assignor import STRATEGIES
 from assignor.lag import UNKNOWN, Lag
 from assignor.model import AssignmentConfig, AssignmentResult, AssignorKind, InvalidInput, Role, TaskId
 from assignor.scenario import parse_problem
@@ -742,7 +742,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
         try:
-            result = await asyncio.to_thread(solve, problem)
+            result = await self._coordinator.assign(problem)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"problem.{error.field}: {error.message}")
         return pb.AssignResponse(result=result_to_proto(result))

@@ -27,6 +27,7 @@ import structlog
 
 import assignor
 from assignor.model import AssignmentProblem, AssignmentResult
+from server.assignor_runner import AssignorRunner
 from server.effects import (
     AppendRebalanceLog,
     CancelTimer,
@@ -124,6 +125,7 @@ class Coordinator:
         rebalance_log: RebalanceLog | None = None,
         metrics: Metrics | None = None,
         assign: Callable[[AssignmentProblem], AssignmentResult] = assignor.solve,
+        runner: AssignorRunner | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -132,7 +134,7 @@ class Coordinator:
         self.rebalance_log = rebalance_log
         self.metrics = metrics or Metrics()
         self.telemetry = Telemetry(self.metrics)
-        self._assign = assign
+        self.assign = runner or AssignorRunner(assign, processes=0)
         self.groups: dict[str, Group] = {}
         self._group_locks = _KeyedLocks()
         self._member_locks = _KeyedLocks()
@@ -209,6 +211,7 @@ class Coordinator:
 
     async def close(self) -> None:
         self.timers.cancel_all()
+        self.assign.close()
         if self.store is not None:
             await self.store.close()
         if self.rebalance_log is not None:
@@ -354,7 +357,7 @@ class Coordinator:
         result: AssignmentResult | None = None
         error = ""
         try:
-            result = await asyncio.to_thread(self._assign, effect.problem)
+            result = await self.assign(effect.problem)
         except Exception as exc:  # the assignor's failure is the group's ASSIGNMENT_ERROR
             error = f"{type(exc).__name__}: {exc}"
             log.error("group.assignor.failed", group_id=effect.group_id, generation=effect.generation, error=error)

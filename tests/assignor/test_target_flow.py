@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from assignor import target
 from assignor.balance import quotas
-from assignor.flow import FlowGraph
+from assignor.flow import FlowGraph, fill_by_demand
 from assignor.model import LATEST, UNKNOWN, ClientState, TaskId, TaskSpec
 from assignor.ranking import rank_clients, tier_of
 from assignor.target import (
@@ -494,4 +494,4 @@ def _fill_one_at_a_time(demand, caps, amount):
 def test_funnel_split_gives_to_the_largest_remaining_demand_first(cells, amount):
     demand = np.array([d for d, _ in cells], dtype=np.int64)
     caps = np.array([c for _, c in cells], dtype=np.int64)
-    assert target._fill(demand, caps, amount).tolist() == _fill_one_at_a_time(demand, caps, amount)
+    assert fill_by_demand(demand, caps, amount).tolist() == _fill_one_at_a_time(demand, caps, amount)

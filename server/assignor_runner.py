@@ -1,0 +1,64 @@
+"""Where the assignor runs, so that one group's large assignment never stalls the others.
+
+The assignor is Python work that holds the GIL for seconds on a large group (1,000 members x
+20,000 tasks): in a thread of the serving process it starves the event loop, and every other
+group's heartbeats wait (docs/benchmarks.md, "A large assignment beside other groups"). Large
+problems therefore go to a worker process; small ones (fewer than ``min_process_tasks``
+tasks, milliseconds of work) stay in a thread, where shipping them would cost more than it
+saves. The pool starts with the first large problem (it costs a process start and the
+assignor's imports, about a second, once) and ends with the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copyreg
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from types import MappingProxyType
+
+import assignor
+from assignor.model import AssignmentProblem, AssignmentResult
+
+
+def _reduce_mapping_proxy(proxy: MappingProxyType) -> tuple:
+    return _read_only, (dict(proxy),)
+
+
+def _read_only(mapping: dict) -> MappingProxyType:
+    return MappingProxyType(mapping)
+
+
+def _warm() -> None:
+    """Worker initializer: the assignor's imports and the solver, before the first problem."""
+    assignor.solve(AssignmentProblem(tasks=(), clients=()))
+
+
+class AssignorRunner:
+    """Runs ``assign`` off the event loop: in a worker process for large problems (when
+    ``processes`` > 0 and ``assign`` is the real assignor, which a process can import), else in
+    a thread."""
+
+    def __init__(self, assign: Callable[[AssignmentProblem], AssignmentResult] = assignor.solve,
+                 processes: int = 1, min_process_tasks: int = 2_000) -> None:
+        self._assign = assign
+        self._processes = processes if assign is assignor.solve else 0
+        self._min_process_tasks = min_process_tasks
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def __call__(self, problem: AssignmentProblem) -> AssignmentResult:
+        if self._processes <= 0 or len(problem.tasks) < self._min_process_tasks:
+            return await asyncio.to_thread(self._assign, problem)
+        if self._pool is None:
+            # Client snapshots hold read-only mappings, which pickle does not know: ship them
+            # as dicts, rebuilt as read-only mappings on the other side.
+            copyreg.pickle(MappingProxyType, _reduce_mapping_proxy)
+            self._pool = ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_warm)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._assign, problem)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

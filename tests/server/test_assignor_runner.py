@@ -1,0 +1,50 @@
+"""Large assignments run in a worker process (server/assignor_runner.py), with the same result."""
+
+from __future__ import annotations
+
+import asyncio
+from types import MappingProxyType
+
+import assignor
+from assignor.model import LATEST, AssignmentConfig, AssignmentProblem, ClientState, TaskId, TaskSpec
+from server.assignor_runner import AssignorRunner
+
+
+def _problem() -> AssignmentProblem:
+    tasks = tuple(TaskSpec(TaskId(s, p), stateful=s < 2, changelog_offsets=1_000 if s < 2 else None)
+                  for s in range(3) for p in range(4))
+    clients = (
+        ClientState("a", prev_active=frozenset(t.id for t in tasks[:6]),
+                    lags=MappingProxyType({t.id: LATEST for t in tasks[:6] if t.stateful}),
+                    tags=MappingProxyType({"zone": "z1"})),
+        ClientState("b", prev_active=frozenset(t.id for t in tasks[6:]), tags=MappingProxyType({"zone": "z2"})),
+        ClientState("c"),
+    )
+    return AssignmentProblem(tasks, clients, AssignmentConfig(num_standby_replicas=1))
+
+
+def test_a_large_problem_runs_in_a_worker_process_with_the_same_result():
+    problem = _problem()
+    runner = AssignorRunner(processes=1, min_process_tasks=len(problem.tasks))
+    try:
+        result = asyncio.run(runner(problem))
+        assert runner._pool is not None  # it went to the pool, not a thread
+    finally:
+        runner.close()
+    assert result == assignor.solve(problem)
+
+
+def test_small_problems_and_injected_assignors_stay_in_a_thread():
+    problem = _problem()
+    calls = []
+
+    def fake(p):
+        calls.append(p)
+        return assignor.solve(p)
+
+    for runner in (AssignorRunner(processes=1, min_process_tasks=len(problem.tasks) + 1),
+                   AssignorRunner(fake, processes=1, min_process_tasks=1)):
+        asyncio.run(runner(problem))
+        assert runner._pool is None
+        runner.close()
+    assert calls == [problem]
