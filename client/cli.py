@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 import structlog
 
@@ -71,13 +72,36 @@ def _register_sidecar(subparsers) -> None:
                    help="default $REMOTE_LEADER_LOG_LEVEL or info")
     p.add_argument("--log-format", choices=("json", "console"), default=os.environ.get("REMOTE_LEADER_LOG_FORMAT", "console"),
                    help="default $REMOTE_LEADER_LOG_FORMAT or console")
+    from remote_leader.tls import add_client_arguments
+
+    add_client_arguments(p, what="the remote leader")
+    p.add_argument("--local-tls-cert", default=None, help="serve the local API over TLS with this PEM certificate")
+    p.add_argument("--local-tls-key", default=None, help="PEM key of --local-tls-cert")
+    p.add_argument("--local-tls-client-ca", default=None,
+                   help="require local API clients to present a certificate signed by this PEM CA (mTLS)")
     p.set_defaults(func=run_sidecar)
+
+
+def _local_tls(args: argparse.Namespace):
+    from client.sidecar import LocalTls
+
+    if not (args.local_tls_cert or args.local_tls_key or args.local_tls_client_ca):
+        return None
+    if not (args.local_tls_cert and args.local_tls_key):
+        raise ValueError("--local-tls-cert/--local-tls-key: set both (and --local-tls-client-ca for mTLS)")
+    for flag, value in (("--local-tls-cert", args.local_tls_cert), ("--local-tls-key", args.local_tls_key),
+                        ("--local-tls-client-ca", args.local_tls_client_ca)):
+        if value and not Path(value).is_file():
+            raise ValueError(f"{flag}: no such file {value!r}")
+    return LocalTls(Path(args.local_tls_cert), Path(args.local_tls_key),
+                    Path(args.local_tls_client_ca) if args.local_tls_client_ca else None)
 
 
 def run_sidecar(args: argparse.Namespace) -> int:
     from client.assignment import HostInfo
     from client.member import MemberConfig
     from client.sidecar import SidecarOptions, load_member_file, ready_line, serve_sidecar
+    from remote_leader.tls import client_tls_from
 
     if args.log_format not in ("json", "console"):
         print(f"remote-leader sidecar: --log-format: expected json or console, got {args.log_format!r}", file=sys.stderr)
@@ -94,8 +118,9 @@ def run_sidecar(args: argparse.Namespace) -> int:
         options = SidecarOptions(server=args.server, member=member, listen=args.listen,
                                  apply_timeout_s=args.apply_timeout_ms / 1000, state_dir=args.state_dir,
                                  state_cleanup_delay_ms=args.state_cleanup_delay_ms,
-                                 will_come_back=args.will_come_back)
-    except InvalidInput as error:
+                                 will_come_back=args.will_come_back, upstream_tls=client_tls_from(args),
+                                 local_tls=_local_tls(args))
+    except (InvalidInput, ValueError) as error:
         print(f"remote-leader sidecar: {error}", file=sys.stderr)
         return 2
 
@@ -128,6 +153,8 @@ def _register_demo(subparsers) -> None:
     p.add_argument("--acceptable-recovery-lag", type=int, default=2_000,
                    help="KIP-441 acceptable_recovery_lag: a replica this close is caught up, offsets (default 2000)")
     p.add_argument("--timeout-s", type=float, default=55.0, help="give up after this long (exit 1)")
+    p.add_argument("--tls", action="store_true",
+                   help="make a CA of its own and run server and workers over mTLS with ACLs (docs/security.md)")
     p.add_argument("--log-level", default="error", help="debug, info, warning, error or critical (default error)")
     p.set_defaults(func=run_demo)
 
@@ -139,7 +166,8 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         options = DemoOptions(server=args.server, restore_rate=args.restore_rate,
                               changelog_offsets=args.changelog_offsets,
-                              acceptable_recovery_lag=args.acceptable_recovery_lag, timeout_s=args.timeout_s)
+                              acceptable_recovery_lag=args.acceptable_recovery_lag, timeout_s=args.timeout_s,
+                              tls=args.tls)
     except InvalidInput as error:
         print(f"remote-leader demo: {error}", file=sys.stderr)
         return 2

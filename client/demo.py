@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -45,6 +46,7 @@ from client.assignment import AssignmentChange, HostInfo
 from client.lags import LagInfo
 from client.member import GroupMember, MemberConfig, open_channel
 from client.topology import StoreSpec, Subtopology, Topology
+from remote_leader.tls import PLAINTEXT, ClientTls
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
 
@@ -78,8 +80,11 @@ class DemoOptions:
     write_rate: int = 500
     heartbeat_interval_ms: int = 200
     session_timeout_ms: int = 2_000
+    tls: bool = False  # mTLS with a CA of its own (docs/security.md)
 
     def __post_init__(self) -> None:
+        if self.tls and self.server is not None:
+            raise InvalidInput("--tls", "makes its own CA and starts its own server: not with --server")
         for name in ("restore_rate", "changelog_offsets", "heartbeat_interval_ms", "session_timeout_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -189,20 +194,38 @@ def _free_port() -> int:
 class ServerProcess:
     """``remote-leader serve`` as a subprocess on a free loopback port, with a temporary state dir."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: bool = False) -> None:
         self.state_dir = tempfile.TemporaryDirectory(prefix="remote-leader-demo-")
         self.address = f"127.0.0.1:{_free_port()}"
         self.process: asyncio.subprocess.Process | None = None
+        self.client_tls: ClientTls | None = None
+        self._tls_args: list[str] = []
+        if tls:
+            self._make_pki(Path(self.state_dir.name) / "pki")
+
+    def _make_pki(self, directory: Path) -> None:
+        """A CA, the server's certificate, the demo's client certificate (principal ``demo``)
+        and an ACL granting it the demo's groups: the server runs with mTLS and ACLs on."""
+        from remote_leader.pki import DevCa
+
+        ca = DevCa(directory)
+        server, client = ca.server(), ca.issue("demo-client", cn="demo")
+        acl = directory / "acl.yaml"
+        acl.write_text("acls:\n  - principal: demo\n    operations: [member, describe]\n    group: scale-\n    pattern: prefixed\n")
+        self._tls_args = ["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-client-ca", str(ca.cert),
+                          "--acl-file", str(acl)]
+        self.client_tls = ClientTls(ca=ca.cert, cert=client.cert, key=client.key, server_name="localhost")
 
     async def start(self, timeout_s: float = 20.0) -> None:
         args = [sys.executable, "-m", "remote_leader.cli", "serve", "--listen", self.address,
                 "--state-dir", self.state_dir.name]
         for flag, value in SERVER_SETTINGS.items():
             args += [flag, value]
+        args += self._tls_args
         self.process = await asyncio.create_subprocess_exec(
             *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        await wait_until_serving(self.address, timeout_s, self.process)
+        await wait_until_serving(self.address, timeout_s, self.process, self.client_tls)
 
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:
@@ -216,10 +239,11 @@ class ServerProcess:
         self.state_dir.cleanup()
 
 
-async def wait_until_serving(address: str, timeout_s: float, process: asyncio.subprocess.Process | None = None) -> None:
+async def wait_until_serving(address: str, timeout_s: float, process: asyncio.subprocess.Process | None = None,
+                             tls: ClientTls | None = None) -> None:
     """Poll grpc.health.v1 until the GroupLeader service answers SERVING (docs/interfaces.md)."""
     deadline = time.monotonic() + timeout_s
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with (tls or PLAINTEXT).aio_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if process is not None and process.returncode is not None:
@@ -252,12 +276,13 @@ class Scene:
     shown_generation: int = -1
     rebalances: list[pb.GroupDescription] = field(default_factory=list)
     closed: bool = False
+    tls: ClientTls | None = None
 
     def __post_init__(self) -> None:
         self.changelogs = Changelogs(self.topology.tasks(), self.options.changelog_offsets, self.options.write_rate)
         self.config = AssignmentConfig(num_standby_replicas=1, acceptable_recovery_lag=self.options.acceptable_recovery_lag,
                                        max_warmup_replicas=2)
-        self.channel = open_channel(self.server)
+        self.channel = open_channel(self.server, tls=self.tls)
         self.stub = pb_grpc.GroupLeaderStub(self.channel)
 
     async def start_worker(self, name: str, seeded: tuple[TaskId, ...] = ()) -> SimulatedWorker:
@@ -389,8 +414,8 @@ def warmup_status(group: pb.GroupDescription | None, acceptable: int) -> str:
         lags = _lags(member)
         for t in member.warmup:
             task = codec.task_from_proto(t)
-            lag = lags.get(task)
-            parts.append(f"{name_of(member)} {task} lag {lag:,}" if lag is not None and lag >= 0 else f"{name_of(member)} {task}")
+            offsets = lag.known_offsets if (lag := lags.get(task)) is not None else None
+            parts.append(f"{name_of(member)} {task} lag {offsets:,}" if offsets is not None else f"{name_of(member)} {task}")
     state = pb.GroupState.Name(group.state).removeprefix("GROUP_STATE_").lower()
     return f"gen {group.generation_id} {state}" + (f"; warm-ups: {', '.join(parts)}" if parts else "")
 
@@ -511,11 +536,14 @@ async def run(options: DemoOptions) -> int:
     try:
         address = options.server
         if address is None:
-            server_process = ServerProcess()
-            console.print(f"starting [bold]remote-leader serve[/] on {server_process.address} ...")
+            server_process = ServerProcess(tls=options.tls)
+            mtls = " with mTLS and ACLs (its own CA)" if options.tls else ""
+            console.print(f"starting [bold]remote-leader serve[/] on {server_process.address}{mtls} ...")
             await server_process.start()
             address = server_process.address
+            tls = server_process.client_tls
         else:
+            tls = None
             await wait_until_serving(address, 10)
         console.print(f"server ready at {address}; simulated restoration at {options.restore_rate:,} offsets/s, "
                       f"changelogs of {options.changelog_offsets:,} offsets, acceptable_recovery_lag "
@@ -523,12 +551,12 @@ async def run(options: DemoOptions) -> int:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as progress:
             suffix = str(int(time.time()))
-            out = Scene(f"scale-out-{suffix}", _topology(3), options, address, console, progress)
+            out = Scene(f"scale-out-{suffix}", _topology(3), options, address, console, progress, tls=tls)
             scenes.append(out)
             ticker = asyncio.create_task(_ticker(scenes))
             await scale_out(out, deadline, checks)
             await out.close()
-            inn = Scene(f"scale-in-{suffix}", _topology(4), options, address, console, progress)
+            inn = Scene(f"scale-in-{suffix}", _topology(4), options, address, console, progress, tls=tls)
             scenes.append(inn)
             await scale_in(inn, deadline, checks, burst=max(4 * options.acceptable_recovery_lag, options.restore_rate // 2))
             await inn.close()

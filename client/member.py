@@ -52,6 +52,7 @@ from client.metadata import (
 )
 from client.state import StateCleanupLock
 from client.topology import Topology
+from remote_leader.tls import PLAINTEXT, ClientTls
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
@@ -91,9 +92,10 @@ _FATAL = frozenset({
 _LOCK_HOLDER = "member"
 
 
-def open_channel(target: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
-    """An insecure loopback/cluster channel with the GroupLeader retry policy switched on."""
-    return grpc.aio.insecure_channel(
+def open_channel(target: str, options: list[tuple[str, Any]] | None = None, tls: ClientTls | None = None) -> grpc.aio.Channel:
+    """A channel with the GroupLeader retry policy switched on: plaintext, or TLS / mTLS /
+    bearer token as ``tls`` says (docs/security.md)."""
+    return (tls or PLAINTEXT).aio_channel(
         target, options=[("grpc.enable_retries", 1), ("grpc.service_config", RETRY_SERVICE_CONFIG), *(options or [])])
 
 
@@ -246,13 +248,14 @@ class GroupMember:
         on_assignment: AssignmentCallback | None = None,
         lock: StateCleanupLock | None = None,
         rng: random.Random | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.config = config
         self.lag_source = lag_source
         self.lock = lock or StateCleanupLock()
         self._on_assignment = on_assignment
         # ``target``: a channel, or host:port[,host:port...] of one server or of several replicas.
-        self._link = CoordinatorLink(target, config.group_id, open_channel)
+        self._link = CoordinatorLink(target, config.group_id, lambda address: open_channel(address, tls=tls))
         self._rng = rng or random.Random(config.process_id)
         self._log = log.bind(group_id=config.group_id, process_id=config.process_id)
         self.member_id = ""
@@ -268,6 +271,8 @@ class GroupMember:
         self._watchers: set[asyncio.Queue[AssignmentChange | None]] = set()
         self.error: BaseException | None = None
         self.rebalances = 0
+        #: time.monotonic() of the last heartbeat the leader accepted (failover measurements).
+        self.heartbeat_ok_at = 0.0
         self._rejoin_now = False
 
     # ---- public surface -------------------------------------------------------------------
@@ -597,6 +602,7 @@ class GroupMember:
                 continue
             if response.error_code == epb.ERROR_CODE_NONE:
                 last_ok, attempt = time.monotonic(), 0
+                self.heartbeat_ok_at = last_ok
                 if response.HasField("next_rebalance_ms") != (self._assignment.next_rebalance_ms is not None) or (
                         response.HasField("next_rebalance_ms")
                         and response.next_rebalance_ms != self._assignment.next_rebalance_ms):

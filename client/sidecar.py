@@ -34,6 +34,7 @@ from client.state import StateCleaner, StateDirectory
 from client.topology import StoreSpec, Subtopology, Topology
 from remote_leader.sidecar.v1 import sidecar_pb2 as spb
 from remote_leader.sidecar.v1 import sidecar_pb2_grpc as spb_grpc
+from remote_leader.tls import ClientTls
 from remote_leader.v1 import group_leader_pb2 as pb
 
 log = structlog.get_logger(__name__)
@@ -313,6 +314,22 @@ class SidecarOptions:
     state_cleanup_delay_ms: int = 600_000
     will_come_back: bool = False
     """On stop, a static member keeps its place for its session timeout instead of leaving."""
+    upstream_tls: ClientTls | None = None
+    """How to reach the remote leader: TLS, client certificate, bearer token (docs/security.md)."""
+    local_tls: LocalTls | None = None
+    """TLS for the local API (it listens on loopback by default and needs none there)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTls:
+    cert: Path
+    key: Path
+    client_ca: Path | None = None  # require client certificates signed by it
+
+    def credentials(self) -> grpc.ServerCredentials:
+        ca = Path(self.client_ca).read_bytes() if self.client_ca else None
+        return grpc.ssl_server_credentials([(Path(self.key).read_bytes(), Path(self.cert).read_bytes())],
+                                           root_certificates=ca, require_client_auth=ca is not None)
 
 
 async def serve_sidecar(options: SidecarOptions, stop: asyncio.Event, ready=None) -> int:
@@ -320,11 +337,15 @@ async def serve_sidecar(options: SidecarOptions, stop: asyncio.Event, ready=None
     directory = StateDirectory(options.state_dir) if options.state_dir is not None else None
     lag_source = SidecarLagSource(options.member.topology, directory)
     servicer = SidecarServicer(None, lag_source, apply_timeout_s=options.apply_timeout_s)  # type: ignore[arg-type]
-    member = GroupMember(options.server, options.member, lag_source, on_assignment=servicer.on_assignment)
+    member = GroupMember(options.server, options.member, lag_source, on_assignment=servicer.on_assignment,
+                         tls=options.upstream_tls)
     servicer.member = member
     server = grpc.aio.server()
     spb_grpc.add_SidecarServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port(options.listen)
+    if options.local_tls is not None:
+        port = server.add_secure_port(options.listen, options.local_tls.credentials())
+    else:
+        port = server.add_insecure_port(options.listen)
     if port == 0:
         raise InvalidInput("--listen", f"cannot bind {options.listen}")
     host = options.listen.rpartition(":")[0] or "127.0.0.1"

@@ -24,6 +24,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from remote_leader.tls import ClientTls
+
 EXIT_SERVING = 0
 EXIT_NOT_SERVING = 1
 EXIT_UNREACHABLE = 2
@@ -68,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
         "that certificate (right for a self-signed one)",
     )
     parser.add_argument(
+        "--tls-cert",
+        default=None,
+        help="PEM client certificate for a server that requires one (mTLS). Default when "
+        "REMOTE_LEADER_TLS_CLIENT_CA is set: the server's own REMOTE_LEADER_TLS_CERT (it must be signed by "
+        "that CA and allow client authentication)",
+    )
+    parser.add_argument("--tls-key", default=None, help="PEM key of --tls-cert (default: REMOTE_LEADER_TLS_KEY, as above)")
+    parser.add_argument(
         "--tls-server-name",
         default=os.environ.get("REMOTE_LEADER_HEALTHCHECK_TLS_SERVER_NAME") or None,
         help="name the certificate must carry when dialling loopback "
@@ -76,12 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _channel(address: str, tls_ca: str | None, server_name: str | None) -> grpc.Channel:
+def _channel(address: str, tls_ca: str | None, server_name: str | None, client: tuple[str, str] | None = None) -> grpc.Channel:
     if tls_ca is None:
         return grpc.insecure_channel(address)
-    credentials = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
-    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
-    return grpc.secure_channel(address, credentials, options=options)
+    cert, key = client or (None, None)
+    return ClientTls(ca=Path(tls_ca), cert=Path(cert) if cert else None, key=Path(key) if key else None,
+                     server_name=server_name).channel(address)
 
 
 def check(
@@ -90,9 +100,10 @@ def check(
     timeout: float = 3.0,
     tls_ca: str | None = None,
     server_name: str | None = None,
+    client: tuple[str, str] | None = None,
 ) -> tuple[int, str]:
     """One Health/Check call: the exit status and a line saying why."""
-    with _channel(address, tls_ca, server_name) as channel:
+    with _channel(address, tls_ca, server_name, client) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(
@@ -116,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SERVING if exit_.code == 0 else EXIT_USAGE
     listen = args.address or os.environ.get("REMOTE_LEADER_LISTEN") or DEFAULT_LISTEN
     tls_ca = args.tls_ca or os.environ.get("REMOTE_LEADER_TLS_CERT") or None
+    client = None
+    if args.tls_cert or args.tls_key:
+        client = (args.tls_cert, args.tls_key)
+    elif os.environ.get("REMOTE_LEADER_TLS_CLIENT_CA") and os.environ.get("REMOTE_LEADER_TLS_CERT"):
+        client = (os.environ["REMOTE_LEADER_TLS_CERT"], os.environ.get("REMOTE_LEADER_TLS_KEY", ""))
     if args.timeout <= 0:
         print("healthcheck: --timeout: must be positive", file=sys.stderr)
         return EXIT_USAGE
@@ -123,10 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         address = probe_address(listen)
         if tls_ca is not None and not Path(tls_ca).is_file():
             raise ValueError(f"--tls-ca: no such file {tls_ca!r}")
+        if client is not None:
+            for flag, path in zip(("--tls-cert", "--tls-key"), client, strict=True):
+                if not path or not Path(path).is_file():
+                    raise ValueError(f"{flag}: no such file {path!r} (set both --tls-cert and --tls-key)")
     except ValueError as error:
         print(f"healthcheck: {error}", file=sys.stderr)
         return EXIT_USAGE
-    code, message = check(address, args.service, args.timeout, tls_ca, args.tls_server_name)
+    code, message = check(address, args.service, args.timeout, tls_ca, args.tls_server_name, client)
     print(f"healthcheck: {message}", file=sys.stdout if code == EXIT_SERVING else sys.stderr)
     return code
 

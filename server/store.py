@@ -265,20 +265,25 @@ class GroupStore:
             while self._dirty:
                 group_id, (text, waiters) = next(iter(self._dirty.items()))
                 del self._dirty[group_id]
-                try:
-                    if text is None:
-                        await self._delete(group_id)
-                    else:
-                        await self._put(group_id, text)
-                except Exception as error:  # surface to every waiter, keep writing others
-                    log.error("store.write.failed", group_id=group_id, error=repr(error))
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(error)
-                    continue
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                await self._write_for(group_id, text, waiters)
+
+    async def _write_for(self, group_id: str, text: str | None, waiters: list[asyncio.Future]) -> None:
+        """One write (a deletion when ``text`` is None), its outcome handed to every waiter (an
+        error too: the others go on)."""
+        try:
+            if text is None:
+                await self._delete(group_id)
+            else:
+                await self._put(group_id, text)
+        except Exception as error:
+            log.error("store.write.failed", group_id=group_id, error=repr(error))
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(error)
+            return
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _delete(self, group_id: str) -> None:
         if self._db is None:

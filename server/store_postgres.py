@@ -52,6 +52,8 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+#: Concurrent group writes (each holds one pooled connection for one statement).
+WRITERS = 6
 #: The advisory lock key that serialises migrations between replicas ("rl-schema" in ASCII).
 _MIGRATION_LOCK = 0x726C2D736368656D
 
@@ -85,7 +87,7 @@ class StoreSchemaError(RuntimeError):
     pass
 
 
-def open_pool(dsn: str, *, max_size: int = 8) -> AsyncConnectionPool:
+def open_pool(dsn: str, *, max_size: int = 10) -> AsyncConnectionPool:
     """Autocommit connections: every statement is its own transaction (the fenced write is
     one statement, so no lock outlives it even if this process is paused)."""
     return AsyncConnectionPool(dsn, min_size=1, max_size=max_size, open=False, kwargs={"autocommit": True},
@@ -119,6 +121,7 @@ class PostgresStore(GroupStore):
         super().__init__(path=None)  # type: ignore[arg-type]
         self._pool = pool
         self._lease = lease
+        self._tasks: set[asyncio.Task] = set()
 
     async def open(self) -> None:
         await migrate(self._pool)
@@ -131,6 +134,37 @@ class PostgresStore(GroupStore):
         async with self._pool.connection() as conn:
             row = await (await conn.execute("SELECT snapshot FROM groups WHERE group_id = %s", (group_id,))).fetchone()
         return json.loads(row[0]) if row else None
+
+    async def _write_loop(self) -> None:
+        """Up to ``WRITERS`` groups written at once (a server round trip and a commit each),
+        never one group twice at once: a group asked for again while its write is in flight
+        stays dirty and is written after it, so a later request still sees a later snapshot."""
+        in_flight: set[str] = set()
+        slots = asyncio.Semaphore(WRITERS)
+
+        def finished(group_id: str, task: asyncio.Task) -> None:
+            in_flight.discard(group_id)
+            self._tasks.discard(task)
+            slots.release()
+            self._wake.set()
+
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            for group_id in [g for g in self._dirty if g not in in_flight]:
+                await slots.acquire()
+                text, waiters = self._dirty.pop(group_id)  # only this loop takes entries out
+                in_flight.add(group_id)
+                task = asyncio.get_running_loop().create_task(self._write_for(group_id, text, waiters))
+                self._tasks.add(task)
+                task.add_done_callback(lambda t, g=group_id: finished(g, t))
+
+    async def flush(self) -> None:
+        """Wait until every requested write is done, those in flight included."""
+        while self._dirty or self._tasks:
+            await super().flush()
+            if self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def _put(self, group_id: str, text: str) -> None:
         lease = self._lease(group_id)

@@ -41,7 +41,8 @@ def free_port() -> int:
 class ThrowawayPostgres:
     """``start()`` a fresh cluster, ``dsn`` to connect, ``stop()`` removes everything."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        self.durable = durable  # fsync on (benchmarks); tests run without it for speed
         self.bin = _bin_dir()
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="remote-leader-pg-"))
@@ -74,7 +75,9 @@ class ThrowawayPostgres:
             shutil.chown(self.root, "postgres")
             shutil.chown(self.data, "postgres")
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
-        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off"
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.data / "log"), "-w", "start")
         return self
 
@@ -85,8 +88,8 @@ class ThrowawayPostgres:
 
 
 @contextlib.contextmanager
-def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
-    server = ThrowawayPostgres()
+def throwaway_postgres(*, durable: bool = False) -> Iterator[ThrowawayPostgres]:
+    server = ThrowawayPostgres(durable=durable)
     try:
         yield server.start()
     finally:

@@ -115,6 +115,8 @@ refuse "probes.kind grpc cannot check a TLS server" --set tls.enabled=true --set
 refuse "set exactly one of minAvailable and maxUnavailable" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.maxUnavailable=1
 refuse "serviceMonitor.enabled needs metrics" --set serviceMonitor.enabled=true --set ports.metrics=0
 refuse "value must be one of 'json', 'console'" --set server.logFormat=xml
+refuse "tls.clientAuth needs tls.enabled" --set tls.clientAuth=true
+refuse "auth.aclSecretName needs a way to authenticate" --set auth.aclSecretName=acl
 
 echo "-- examples/k8s | kubernetes-validate --strict"
 for manifest in examples/k8s/*.yaml; do

@@ -7,7 +7,7 @@ import pytest
 from assignor.lag import Lag
 from assignor.model import LATEST, TaskId
 from client.assignment import EMPTY_ASSIGNMENT, MemberAssignment, diff
-from client.demo import Changelogs, DemoOptions, SimulatedWorker, choose_victim, run
+from client.demo import Changelogs, DemoOptions, SimulatedWorker, choose_victim, run, warmup_status
 from client.topology import StoreSpec, Subtopology, Topology
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
@@ -75,3 +75,20 @@ def test_demo_options_name_bad_values(field, value):
 @pytest.mark.slow
 async def test_the_whole_demo_passes_against_a_real_server(leader):
     assert await run(DemoOptions(server=leader.address, restore_rate=40_000, timeout_s=50)) == 0
+
+
+def test_demo_tls_starts_a_server_of_its_own():
+    with pytest.raises(ValueError, match="--tls"):
+        DemoOptions(server="127.0.0.1:1", tls=True)
+
+
+def test_warmup_status_shows_a_warm_ups_lag():
+    lagging = pb.MemberDescription(group_instance_id="I3", warmup=[apb.TaskId(subtopology=0, partition=1)],
+                                   lags=[apb.TaskLag(task=apb.TaskId(subtopology=0, partition=1), lag=1_500)])
+    status = warmup_status(pb.GroupDescription(generation_id=4, members=[lagging]), 2_000)
+    assert status.endswith("warm-ups: I3 0_1 lag 1,500")
+
+
+@pytest.mark.slow
+async def test_the_whole_demo_passes_over_mtls_with_its_own_ca():
+    assert await run(DemoOptions(tls=True, restore_rate=40_000, timeout_s=50)) == 0

@@ -73,8 +73,16 @@ class Cluster:
         self.extra = extra
         self.replicas: dict[str, Replica] = {}
 
+    def _port(self) -> int:
+        taken = {p for r in self.replicas.values() for p in (r.port, r.metrics_port)}
+        while (port := free_port()) in taken:
+            pass
+        return port
+
     def start(self, name: str) -> Replica:
-        port, metrics_port = free_port(), free_port()
+        port = self._port()
+        while (metrics_port := self._port()) == port:
+            pass
         log_path = self.workdir / f"{name}.log"
         command = [
             sys.executable, "-m", "remote_leader.cli", "serve", "--store", self.dsn, "--listen", f"127.0.0.1:{port}",
@@ -93,17 +101,27 @@ class Cluster:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
         deadline = time.monotonic() + timeout_s
-        async with grpc.aio.insecure_channel(replica.address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while time.monotonic() < deadline:
-                if replica.process.poll() is not None:
-                    raise RuntimeError(f"{replica.name} exited: {replica.log_path.read_text()[-2000:]}")
-                with contextlib.suppress(grpc.aio.AioRpcError):
-                    answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    if answer.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                await asyncio.sleep(0.1)
-        raise TimeoutError(f"{replica.name} not serving after {timeout_s} s")
+        for _attempt in range(3):
+            async with grpc.aio.insecure_channel(replica.address) as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                while time.monotonic() < deadline:
+                    if replica.process.poll() is not None:
+                        break
+                    with contextlib.suppress(grpc.aio.AioRpcError):
+                        answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                        if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                            return
+                    await asyncio.sleep(0.1)
+                else:
+                    raise TimeoutError(f"{replica.name} not serving after {timeout_s} s")
+            log = replica.log_path.read_text()
+            if "Address already in use" not in log:  # a free port taken by another process meanwhile: retry
+                raise RuntimeError(f"{replica.name} exited: {log[-2000:]}")
+            replica.log_path.unlink()
+            fresh = self.start(replica.name)
+            replica.port, replica.metrics_port, replica.process = fresh.port, fresh.metrics_port, fresh.process
+            self.replicas[replica.name] = replica
+        raise RuntimeError(f"{replica.name}: no free port after 3 attempts")
 
     @property
     def bootstrap(self) -> str:

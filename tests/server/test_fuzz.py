@@ -49,6 +49,7 @@ def _templates() -> dict[str, list]:
         "ListGroups": [pb.ListGroupsRequest()],
         "Assign": [pb.AssignRequest(problem=problem)],
         "RouteQuery": [pb.RouteQueryRequest(group_id="fuzz", store="counts", partition=0)],
+        "FindCoordinator": [pb.FindCoordinatorRequest(group_id="fuzz")],
     }
 
 

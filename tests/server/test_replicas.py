@@ -175,3 +175,23 @@ async def test_the_cli_follows_not_coordinator_and_lists_every_replica(tmp_path,
         both = f"127.0.0.1:{first.server.port},127.0.0.1:{second.server.port}"
         listed = await _query(both, "ListGroups", pb.ListGroupsRequest())
         assert [(g.group_id, g.owner.replica_id, g.owner.epoch) for g in listed.groups] == [("app", found.coordinator.replica_id, 1)]
+
+
+async def test_writes_of_many_groups_overlap_but_each_group_ends_with_its_latest_state(tmp_path, postgres_dsn):
+    async with replica(tmp_path, postgres_dsn, "r1") as running:
+        group_ids = ["g0", "g1", "g2", "g3"]
+        owned = [g for g in group_ids if (await running.stub.FindCoordinator(pb.FindCoordinatorRequest(group_id=g))).coordinator.replica_id == "r1"]
+        for group_id in owned:
+            await stable_group(running, group_id, members=1)
+        coordinator, store = running.server.coordinator, running.server.coordinator.store
+        requested = []
+        for step in range(30):  # a new state of every group while earlier writes are in flight
+            for group_id in owned:
+                group = coordinator.groups[group_id]
+                group.last_trigger = f"step-{step}"
+                requested.append(store.request(group_id, json.dumps(snapshot(group))))
+            await asyncio.sleep(0.001)
+        await asyncio.gather(*requested)
+        for group_id in owned:
+            (written,) = row(postgres_dsn, "SELECT snapshot FROM groups WHERE group_id = %s", group_id)
+            assert json.loads(written)["last_trigger"] == "step-29"

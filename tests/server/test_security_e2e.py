@@ -15,13 +15,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from remote_leader.pki import DevCa
 from remote_leader.tls import ClientTls
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
 from server.app import LeaderServer, Settings
 from server.timers import FakeClock
-from tests.pki import TestCa
 from tests.server.harness import Worker, rebalance, settle
 
 pytestmark = pytest.mark.asyncio
@@ -49,8 +49,8 @@ acls:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     directory = tmp_path_factory.mktemp("pki")
-    ca = TestCa(directory)
-    other = TestCa(directory / "other", "another CA")
+    ca = DevCa(directory)
+    other = DevCa(directory / "other", "another CA")
     return {
         "ca": ca,
         "server": ca.server(),

@@ -1,5 +1,6 @@
-"""A throwaway PKI for tests: a CA, a server certificate for 127.0.0.1/localhost and client
-certificates naming principals by SAN URI, SAN DNS or CN (docs/security.md, "Principals")."""
+"""A throwaway PKI for tests and ``remote-leader demo --tls``: a CA, a server certificate for
+127.0.0.1/localhost and client certificates naming principals by SAN URI, SAN DNS or CN
+(docs/security.md). Not for production: keys are unencrypted and the CA lives two days."""
 
 from __future__ import annotations
 
@@ -24,12 +25,10 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-class TestCa:
-    """``TestCa(directory, "name")``: a self-signed CA; ``issue`` signs leaf certificates."""
+class DevCa:
+    """``DevCa(directory, "name")``: a self-signed CA; ``issue`` signs leaf certificates."""
 
-    __test__ = False  # not a pytest class
-
-    def __init__(self, directory: Path, name: str = "remote-leader test CA") -> None:
+    def __init__(self, directory: Path, name: str = "remote-leader dev CA") -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._key = ec.generate_private_key(ec.SECP256R1())
