@@ -58,6 +58,25 @@ LATEST: Final = RUNNING
 
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class HostInfo:
+    """An instance's interactive-query endpoint (Kafka Streams ``application.server``, KIP-535):
+    what a member reports in its subscription and what the host maps of an assignment point to."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "endpoint") -> HostInfo:
+        host, sep, port = (text or "").rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidInput(field_name, f"expected 'host:port' with a port in 1..65535, got {text!r}")
+        return cls(host, int(port))
+
+
 @dataclass(frozen=True, slots=True)
 class TopicPartition:
     """An input partition of a task and the racks holding a replica of it (KIP-925)."""

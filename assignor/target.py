@@ -163,9 +163,9 @@ class _SubtopologyHubs:
     caps, largest remaining demand first: when the split needs no more excess than the funnel
     paid, it is a flow of the full layer at the funnelled optimum, hence optimal there too.
     When it does not, ``realize`` names the clients the funnel fed, and the caller solves
-    again with those clients reached by the hubs' own arcs (``own_arcs``): every round takes
-    more clients out of the funnels, so the last possible round is the full layer. In a
-    scale-out, the second round takes the new clients out.
+    again with those clients reached by the hubs' own arcs (``own_arcs``, ``next_round``); a
+    third round, if needed, is the full layer. In a scale-out, the second round takes the new
+    clients out.
     """
 
     def __init__(self, graph: FlowGraph, counts: Mapping, clients: Sequence[str], threads: Mapping[str, int],
@@ -260,6 +260,10 @@ class _SubtopologyHubs:
                 demand[funnelled] = wants - given
                 self._funnelled_units[key] = given
         return frozenset()
+
+    def next_round(self, fed: frozenset[str]) -> frozenset[str]:
+        """The clients out of the funnels next round: those the funnels fed, then everyone."""
+        return self.own_arcs | fed if not self.own_arcs else frozenset(self._clients)
 
     def _fed(self) -> frozenset[str]:
         graph, fed = self._graph, set()
@@ -398,7 +402,7 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
     graph.solve()
     fed = hubs.realize(graph)
     if fed:
-        return active_target(group, ranking, costs, per_task, own_arcs=hubs.own_arcs | fed)
+        return active_target(group, ranking, costs, per_task, own_arcs=hubs.next_round(fed))
 
     pick_tasks, pick_clients, hub_tasks, _ = classes.decode(graph)
     target = dict(zip(pick_tasks, pick_clients, strict=True))
@@ -698,7 +702,7 @@ class StandbyFormulation:
             fed = flow.hubs.realize(flow.graph)
             if not fed:
                 break
-            own_arcs = flow.hubs.own_arcs | fed
+            own_arcs = flow.hubs.next_round(fed)
         chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
         self.decode(flow, chosen)
         return flow.standbys(self, chosen)

@@ -1,1 +1,1 @@
-"""The worker side: group member, lag reporting, state-cleanup lock, KIP-535 routing (issue 5)."""
+"""The worker side: group member, lag reporting, state-cleanup lock, KIP-535 routing."""

@@ -13,25 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from assignor.model import InvalidInput, TaskId
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class HostInfo:
-    """An instance's interactive-query endpoint (Kafka Streams ``application.server``)."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @classmethod
-    def parse(cls, text: str, field_name: str = "endpoint") -> HostInfo:
-        host, sep, port = (text or "").rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidInput(field_name, f"expected 'host:port' with a port in 1..65535, got {text!r}")
-        return cls(host, int(port))
+from assignor.model import HostInfo, TaskId
 
 
 def _empty() -> Mapping:

@@ -41,6 +41,7 @@ from rich.table import Table
 
 from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, AssignmentConfig, InvalidInput, TaskId
+from assignor.probing import Trigger
 from client import codec
 from client.assignment import AssignmentChange, HostInfo
 from client.lags import LagInfo
@@ -389,7 +390,7 @@ def render_group(group: pb.GroupDescription, acceptable: int, since: float | Non
     title = (f"[bold]{group.group_id}[/] generation {group.generation_id} · trigger "
              f"[cyan]{group.last_rebalance_trigger or '-'}[/]{elapsed}")
     caption = "[green]settled: balanced, no probing rebalance needed[/]" if settled else (
-        f"[yellow]follow-up: {group.next_probe_reason or 'probing_rebalance'} "
+        f"[yellow]follow-up: {group.next_probe_reason or Trigger.PROBING_REBALANCE} "
         f"in {max(0, group.next_probe_ms - int(time.time() * 1000)) / 1000:.1f} s or when the warm-ups catch up[/]")
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
     for column in ("instance", "active", "standby", "warm-up"):
@@ -414,8 +415,9 @@ def warmup_status(group: pb.GroupDescription | None, acceptable: int) -> str:
         lags = _lags(member)
         for t in member.warmup:
             task = codec.task_from_proto(t)
-            offsets = lag.known_offsets if (lag := lags.get(task)) is not None else None
-            parts.append(f"{name_of(member)} {task} lag {offsets:,}" if offsets is not None else f"{name_of(member)} {task}")
+            lag = lags.get(task)
+            behind = None if lag is None or lag.running else lag.known_offsets
+            parts.append(f"{name_of(member)} {task} lag {behind:,}" if behind is not None else f"{name_of(member)} {task}")
     state = pb.GroupState.Name(group.state).removeprefix("GROUP_STATE_").lower()
     return f"gen {group.generation_id} {state}" + (f"; warm-ups: {', '.join(parts)}" if parts else "")
 

@@ -1,1 +1,1 @@
-"""The PySpark pipeline: what-if simulation sweeps and rebalance-log analytics (issue 6)."""
+"""The PySpark pipeline: what-if simulation sweeps and rebalance-log analytics."""

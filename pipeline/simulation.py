@@ -6,7 +6,7 @@ event: a rebalance wherever the real server runs one (member events, the probing
 the follow-up time, the lag-driven early probe of docs/interfaces.md), restoration progressing
 linearly between them, and the real ``assignor.assign`` deciding every assignment.
 
-The time model (what the issue leaves open, chosen here and documented in docs/pipeline.md):
+The time model (documented in docs/pipeline.md):
 
 - Every replica a client holds has a lag in offsets. A restoring active (lag > 0) is *down*
   and restores at ``restore_rate`` offsets/s; the changelog does not grow meanwhile (the

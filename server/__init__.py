@@ -1,1 +1,1 @@
-"""The remote group leader: the gRPC service, the group state machine and its runtime (issue 4)."""
+"""The remote group leader: the gRPC service, the group state machine and its runtime."""

@@ -55,7 +55,9 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class Persist:
-    """Write the group's durable state before any reply of the same outcome goes out."""
+    """Write the group's durable state before any reply of the same outcome goes out: the
+    runtime hands the store the group's snapshot as the handler left it (``server.store.snapshot``),
+    taken under the group's lock."""
 
     group_id: str
 
@@ -63,7 +65,8 @@ class Persist:
 @dataclass(frozen=True, slots=True)
 class ComputeAssignment:
     """Run the assignor on this problem, then hand the result back to the group
-    (``Group.assignment_computed``); the runtime times it and may run it off the event loop."""
+    (``Group.assignment_computed``, which drops it if the generation moved on meanwhile). The
+    runtime runs it in a worker thread once the group's and member's locks are released."""
 
     group_id: str
     generation: int

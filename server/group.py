@@ -12,10 +12,10 @@ Rules and their sources:
   are dropped); the server computes the assignment once per generation.
 - Static membership (KIP-345): a restart with the same group_instance_id takes its old place
   with no rebalance; the old member id is fenced (FENCED_INSTANCE_ID).
-- Probing rebalances (KIP-441 "Probing Rebalances"): scheduled after an assignment that needs
-  one, replaced by any natural rebalance, none once balanced. Beyond the KIP, the lag-driven
-  early probe answers its "Rejected Alternatives" worry (rebalance storms) by deciding centrally,
-  and never sooner than ``min_probe_interval_ms`` after the last rebalance.
+- Probing rebalances (KIP-441 "Probing Rebalances"): when one is due, and when the lag-driven
+  early probe may fire, is the probing policy's decision (``assignor.probing``, shared with the
+  simulator); here a scheduled probe is replaced by any natural rebalance.
+- Lags: a member's report becomes ``Lag`` values once, when it arrives (``_take_report``).
 - Version probing: the group runs at the lowest version any member speaks (group_leader.proto).
 """
 

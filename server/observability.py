@@ -46,7 +46,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
 
 
 class Metrics:
-    """The server's Prometheus metrics (issue 4, "Operations")."""
+    """The server's Prometheus metrics (docs/interfaces.md, `--metrics-port`)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from assignor import target
 from assignor.balance import quotas
-from assignor.flow import FlowGraph, fill_by_demand
+from assignor.flow import FlowGraph, fill_by_demand, split_exactly
 from assignor.model import LATEST, UNKNOWN, ClientState, TaskId, TaskSpec
 from assignor.ranking import rank_clients, tier_of
 from assignor.target import (
@@ -495,3 +495,36 @@ def test_funnel_split_gives_to_the_largest_remaining_demand_first(cells, amount)
     demand = np.array([d for d, _ in cells], dtype=np.int64)
     caps = np.array([c for _, c in cells], dtype=np.int64)
     assert fill_by_demand(demand, caps, amount).tolist() == _fill_one_at_a_time(demand, caps, amount)
+
+
+@given(cells=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 3)), max_size=9),
+       seed=st.integers(0, 2**32))
+def test_exact_split_meets_every_sum_within_the_caps_when_a_plan_exists(cells, seed):
+    """``split_exactly`` against brute force: a plan is found exactly when one exists."""
+    import itertools
+
+    rng = random.Random(seed)
+    cells = sorted(set((r, c) for r, c, _ in cells))
+    caps = [rng.randint(0, 2) for _ in cells]
+    plan = [rng.randint(0, cap) for cap in caps]  # sums of a plan that exists, or of a perturbed one
+    supply, demand = [0] * 4, [0] * 5
+    for (r, c), units in zip(cells, plan, strict=True):
+        supply[r] += units
+        demand[c] += units
+    if rng.random() < 0.5 and cells:
+        r, c = rng.choice(cells)
+        supply[r] += 1
+        demand[(c + 1) % 5] += 1
+    rows = np.array([r for r, _ in cells], dtype=np.int64)
+    columns = np.array([c for _, c in cells], dtype=np.int64)
+    found = split_exactly(np.array(supply), np.array(demand), rows, columns, np.array(caps, dtype=np.int64))
+    exists = any(
+        all(sum(u for (r, _), u in zip(cells, units, strict=True) if r == row) == supply[row] for row in range(4))
+        and all(sum(u for (_, c), u in zip(cells, units, strict=True) if c == col) == demand[col] for col in range(5))
+        for units in itertools.product(*(range(cap + 1) for cap in caps))
+    )
+    assert (found is not None) == exists
+    if found is not None:
+        assert all(0 <= u <= cap for u, cap in zip(found.tolist(), caps, strict=True))
+        assert np.bincount(rows, weights=found, minlength=4).tolist() == supply
+        assert np.bincount(columns, weights=found, minlength=5).tolist() == demand
