@@ -168,6 +168,8 @@ class LeaderServer:
         self._metrics_http: LivePage | None = None
         self.coordinator: Coordinator | None = None
         self.retention: Retention | None = None
+        #: Authentication and ACLs of this server (server/auth.py), for any other front door.
+        self.gate: Gate | None = None
         self.ownership: Ownership | None = None
         self._started = False
 
@@ -231,7 +233,7 @@ class LeaderServer:
         self.coordinator.ownership = self.ownership
         self.retention = Retention(self.coordinator, self.clock, self.coordinator.timers, s.empty_group_retention_ms,
                                    on_expired=lambda _gid: self.metrics.groups_expired.inc())
-        gate = s.gate(self.metrics)
+        gate = self.gate = s.gate(self.metrics)
         add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
