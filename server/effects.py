@@ -11,7 +11,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from assignor.model import AssignmentProblem
+from assignor.model import AssignmentProblem, AssignmentResult
+from assignor.scenario import problem_to_document, result_to_document
+from server.problem import ProblemInputs
 
 
 class TimerKind(enum.StrEnum):
@@ -64,18 +66,34 @@ class Persist:
 
 @dataclass(frozen=True, slots=True)
 class ComputeAssignment:
-    """Run the assignor on this problem, then hand the result back to the group
+    """Run the assignor on this generation's problem, then hand the result back to the group
     (``Group.assignment_computed``, which drops it if the generation moved on meanwhile). The
-    runtime runs it in a worker thread once the group's and member's locks are released."""
+    runtime builds the problem and runs the assignor off the event loop, once the group's and
+    member's locks are released."""
 
     group_id: str
     generation: int
-    problem: AssignmentProblem
+    inputs: ProblemInputs
+
+    @property
+    def problem(self) -> AssignmentProblem:
+        """Built from the captured inputs on each access: costly for a large group."""
+        return self.inputs.build()
 
 
 @dataclass(frozen=True, slots=True)
 class AppendRebalanceLog:
-    record: dict[str, Any]
+    """One line of the rebalance log (docs/interfaces.md): ``header`` and the generation's
+    problem and result, which the writer turns into documents off the event loop (``record``;
+    a large group's are megabytes)."""
+
+    header: dict[str, Any]
+    problem: AssignmentProblem
+    result: AssignmentResult
+
+    def record(self) -> dict[str, Any]:
+        return {**self.header, "input": problem_to_document(self.problem),
+                "output": result_to_document(self.result, explain=True)}
 
 
 @dataclass(frozen=True, slots=True)

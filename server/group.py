@@ -33,12 +33,10 @@ from assignor.model import (
     AssignmentProblem,
     AssignmentResult,
     ClientAssignment,
-    ClientState,
     Role,
     TaskId,
 )
 from assignor.probing import Probe, ProbingSettings, early_probe, followup_probe
-from assignor.scenario import problem_to_document, result_to_document
 from server.effects import (
     AppendRebalanceLog,
     CancelTimer,
@@ -51,7 +49,6 @@ from server.effects import (
     TimerKey,
     TimerKind,
 )
-from server.memory import with_remembered_tasks
 from server.model import (
     LATEST_SUPPORTED_VERSION,
     AssignorError,
@@ -78,6 +75,7 @@ from server.model import (
     Topology,
     Trigger,
 )
+from server.problem import ClientReport, ProblemInputs
 
 
 class GroupState(enum.Enum):
@@ -457,38 +455,18 @@ class Group:
             return effects + self._finish_without_assignor(AssignorError.SHUTDOWN_REQUESTED, now_ms)
         if topology is None or not topology.metadata_complete:
             return effects + self._finish_without_assignor(AssignorError.INCOMPLETE_SOURCE_TOPIC_METADATA, now_ms)
-        effects.append(ComputeAssignment(self.group_id, self.generation, self.build_problem()))
+        effects.append(ComputeAssignment(self.group_id, self.generation, self.problem_inputs()))
         self.awaiting_assignment = True
         return effects
 
-    def build_problem(self) -> AssignmentProblem:
-        """The assignor's input: one client per worker process, keyed by its process id."""
+    def problem_inputs(self) -> ProblemInputs:
+        """The assignor's input as of now, captured for building off the event loop
+        (``server.problem``): references to immutable values and a copy of the end offsets."""
         if self.topology is None or self.config is None:
             raise IllegalTransition(f"group {self.group_id} has no topology")
-        tasks = self.topology.task_specs(self.end_offsets)
-        known = {spec.id for spec in tasks}
-        previous_owner = self.result.active_owner() if self.result else {}
         members = sorted(self.members.values(), key=lambda m: m.process_id)
-        lags_by_pid = {m.process_id: {t: lag for t, lag in m.lags.items() if t in known} for m in members}
-        # A task claimed as a running active by two processes (a zombie): keep one claim, the
-        # previous owner's, else the first process id's; the other becomes a caught-up copy.
-        claims: dict[TaskId, list[str]] = {}
-        for pid, lags in lags_by_pid.items():
-            for task, lag in lags.items():
-                if lag.running:
-                    claims.setdefault(task, []).append(pid)
-        for task, pids in claims.items():
-            keep = previous_owner.get(task) if previous_owner.get(task) in pids else pids[0]
-            for pid in pids:
-                if pid != keep:
-                    lags_by_pid[pid][task] = Lag.behind(0)
-        clients = tuple(
-            ClientState.from_report(m.process_id, lags_by_pid[m.process_id], threads=m.num_threads, rack=m.rack,
-                                    tags=m.client_tags)
-            for m in members
-        )
-        clients = with_remembered_tasks(clients, tasks, self.result)
-        return AssignmentProblem(tasks=tasks, clients=clients, config=self.config)
+        reports = tuple(ClientReport(m.process_id, m.lags, m.num_threads, m.rack, m.client_tags) for m in members)
+        return ProblemInputs(self.topology, self.config, dict(self.end_offsets), reports, self.result)
 
     def _finish_without_assignor(self, error: AssignorError, now_ms: int) -> list:
         self.result = None
@@ -496,7 +474,7 @@ class Group:
         return self._release_joins(now_ms, [Event("group.rebalance.completed", {"generation": self.generation, "assignment_error": error.name})])
 
     def assignment_computed(
-        self, generation: int, problem: AssignmentProblem, result: AssignmentResult | None, error: str, compute_ms: float, now_ms: int
+        self, generation: int, problem: AssignmentProblem | None, result: AssignmentResult | None, error: str, compute_ms: float, now_ms: int
     ) -> Outcome:
         """The runtime's answer to ``ComputeAssignment``: release the join barrier."""
         if generation != self.generation or self.state is not GroupState.COMPLETING_REBALANCE:
@@ -523,9 +501,9 @@ class Group:
                         # e.g. a rebalance begun before a restart)
                         "rebalance_ms": now_ms - self.rebalance_started_ms if self.rebalance_started_ms else 0,
                         "trigger": str(self.pending_trigger),
-                        "input": problem_to_document(problem),
-                        "output": result_to_document(result, explain=True),
-                    }
+                    },
+                    problem,
+                    result,
                 )
             )
         warmups = sum(len(a.warmup) for a in result.clients.values()) if result else 0

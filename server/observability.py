@@ -130,27 +130,32 @@ class RebalanceLog:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._drain(), name="rebalance-log-writer")
 
-    def append(self, record: dict[str, Any]) -> None:
-        self._queue.put_nowait(record)
-        for listener in self.listeners:
-            try:
-                listener(record)
-            except Exception as error:  # a reader (the live page) never loses the record
-                log.error("rebalance_log.listener.failed", error=repr(error))
+    def append(self, entry: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
+        """Queue a record, or a function that builds it (called off the event loop: a large
+        group's record is megabytes of JSON). Listeners see each record once it is written."""
+        self._queue.put_nowait(entry)
 
-    def _write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"), sort_keys=False)
+    def _write(self, entry: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        record = entry() if callable(entry) else entry
+        line = compact_json(record)
         self._handler.emit(logging.makeLogRecord({"msg": line, "args": None}))
+        return record
 
     async def _drain(self) -> None:
         while True:
-            record = await self._queue.get()
-            if record is None:
+            entry = await self._queue.get()
+            if entry is None:
                 return
             try:
-                await asyncio.to_thread(self._write, record)
+                record = await asyncio.to_thread(self._write, entry)
             except Exception as error:  # never lose the server over the log
                 log.error("rebalance_log.write.failed", error=repr(error))
+                continue
+            for listener in self.listeners:
+                try:
+                    listener(record)
+                except Exception as error:  # a reader (the live page) never takes the log down
+                    log.error("rebalance_log.listener.failed", error=repr(error))
 
     async def close(self) -> None:
         if self._task is not None:
@@ -158,3 +163,15 @@ class RebalanceLog:
             await self._task
             self._task = None
         self._handler.close()
+
+
+def compact_json(document: Any, depth: int = 3) -> str:
+    """``json.dumps(document, separators=(",", ":"))``, encoded a piece at a time down to
+    ``depth`` levels of nesting. The C encoder holds the GIL for a whole call: one megabyte-sized
+    call in a worker thread stalls the event loop for as long, many small ones let it run
+    between them."""
+    if depth > 0 and isinstance(document, dict) and all(isinstance(key, str) for key in document):
+        return "{" + ",".join(f"{json.dumps(key)}:{compact_json(value, depth - 1)}" for key, value in document.items()) + "}"
+    if depth > 0 and isinstance(document, list | tuple):
+        return "[" + ",".join(compact_json(value, depth - 1) for value in document) + "]"
+    return json.dumps(document, separators=(",", ":"))

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,7 +56,7 @@ from server.model import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from server.observability import Metrics, RebalanceLog, Telemetry
+from server.observability import Metrics, RebalanceLog, Telemetry, compact_json
 from server.store import Store, restore, snapshot
 from server.timers import Clock, Timers
 
@@ -337,13 +336,14 @@ class Coordinator:
                     replies.append(effect)
                 case Persist(group_id=gid):
                     if self.store is not None:
-                        # the group's state once the handler is done, taken under its lock
-                        writes.append(self.store.request(gid, json.dumps(snapshot(group), separators=(",", ":"))))
+                        # the group's state once the handler is done, taken under its lock; encoded
+                        # in a worker thread (a large group's is megabytes), still under the lock
+                        writes.append(self.store.request(gid, await asyncio.to_thread(_encoded_snapshot, group)))
                 case ComputeAssignment():
                     computes.append(effect)
-                case AppendRebalanceLog(record=record):
+                case AppendRebalanceLog():
                     if self.rebalance_log is not None:
-                        self.rebalance_log.append(record)
+                        self.rebalance_log.append(effect.record)
                 case Event(name=name, fields=fields):
                     self.telemetry.record(group.group_id, group.generation, len(group.members), name, fields)
                 case _:
@@ -351,20 +351,23 @@ class Coordinator:
         return writes, replies, computes
 
     async def _compute(self, effect: ComputeAssignment) -> None:
-        """Run the assignor in a worker thread, holding no lock, then hand its result back to
-        the group's state machine as an event of its own."""
+        """Build the problem in a worker thread (a large group's tasks take about a second) and
+        run the assignor off the event loop, holding no lock; then hand the result back to the
+        group's state machine as an event of its own."""
         started = time.perf_counter()
+        problem: AssignmentProblem | None = None
         result: AssignmentResult | None = None
         error = ""
         try:
-            result = await self.assign(effect.problem)
+            problem = await asyncio.to_thread(effect.inputs.build)
+            result = await self.assign(problem)
         except Exception as exc:  # the assignor's failure is the group's ASSIGNMENT_ERROR
             error = f"{type(exc).__name__}: {exc}"
             log.error("group.assignor.failed", group_id=effect.group_id, generation=effect.generation, error=error)
         compute_ms = (time.perf_counter() - started) * 1000.0
         with contextlib.suppress(NotCoordinator):  # the group moved to another replica meanwhile
             await self._run(effect.group_id, "", lambda g, _c, n: g.assignment_computed(
-                effect.generation, effect.problem, result, error, compute_ms, n))
+                effect.generation, problem, result, error, compute_ms, n))
 
     def _deliver(self, replies: list[Reply]) -> None:
         for reply in replies:
@@ -386,6 +389,10 @@ class Coordinator:
                 await self._run(key.group_id, "", lambda g, _c, n: g.probe_due(n))
 
         return fire
+
+
+def _encoded_snapshot(group: Group) -> str:
+    return compact_json(snapshot(group))
 
 
 def _unknown_group(handler: Handler) -> Any:
