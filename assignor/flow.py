@@ -9,7 +9,7 @@ in one call: adding them one by one costs as much as the solve on large groups
 from __future__ import annotations
 
 import numpy as np
-from ortools.graph.python import min_cost_flow
+from ortools.graph.python import max_flow, min_cost_flow
 
 # (subtopologies x clients) pairs from which a (subtopology, client) layer goes through funnels
 FUNNEL_PAIRS = 20_000
@@ -126,3 +126,22 @@ def fill_by_demand(demand: np.ndarray, caps: np.ndarray, amount: int) -> np.ndar
         waiting = np.flatnonzero((demand - given == low) & (given < caps) & (demand > 0))
         given[waiting[:short]] += 1
     return given
+
+
+def split_exactly(supply: np.ndarray, demand: np.ndarray, rows: np.ndarray, columns: np.ndarray,
+                  caps: np.ndarray) -> np.ndarray | None:
+    """Units per cell (``rows[i]``, ``columns[i]``), at most ``caps[i]`` each, whose row sums are
+    ``supply`` and column sums ``demand`` (equal totals): a transportation problem's feasible
+    plan, by a max flow. None when no such plan exists. The exact counterpart of
+    ``fill_by_demand`` where cells are missing (pairs a funnel does not serve)."""
+    solver = max_flow.SimpleMaxFlow()
+    row_count = len(supply)
+    source, sink = row_count + len(demand), row_count + len(demand) + 1
+    row_nodes = np.arange(row_count, dtype=np.int32)
+    column_nodes = np.arange(row_count, row_count + len(demand), dtype=np.int32)
+    solver.add_arcs_with_capacity(np.full(row_count, source, dtype=np.int32), row_nodes, supply.astype(np.int64))
+    cells = solver.add_arcs_with_capacity(rows.astype(np.int32), column_nodes[columns], caps.astype(np.int64))
+    solver.add_arcs_with_capacity(column_nodes, np.full(len(demand), sink, dtype=np.int32), demand.astype(np.int64))
+    if solver.solve(source, sink) != solver.OPTIMAL or solver.optimal_flow() < int(supply.sum()):
+        return None
+    return solver.flows(np.asarray(cells, dtype=np.int32))

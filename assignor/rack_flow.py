@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from assignor.flow import FlowGraph
+from assignor.flow import FUNNEL_PAIRS, FlowGraph, split_exactly
 
 BIG = 1 << 40
 PERTURBATION = 16  # range of the last tie-break: per (class, rack), and per row
@@ -134,7 +134,7 @@ class PlacementProblem:
         return self.tie_scale * kip + self.miss_scale * misses if tasks else kip
 
 
-def solve_compressed(problem: PlacementProblem) -> np.ndarray:
+def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = None) -> np.ndarray:
     """The optimal assignment (task index -> client index) on the tasks x racks graph.
 
     Tasks alike in every price (same target, anchor, holder, subtopology and cross-rack counts)
@@ -143,6 +143,17 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     node and one arc per rack for all, whatever their special clients. A row whose only special
     client is its target has a stay arc from its class; one with more has a node of its own
     (its tasks can take only one of its direct arcs) fed by its class.
+
+    The (subtopology, client) layer of balance_subtopology has subtopologies x clients nodes.
+    When that leaves many pairs without a direct arc, a pair gets a node only where a direct
+    arc lands or for the clients of ``own_nodes`` (a mask; by that count when None), and every
+    other pair of a rack is reached through one *funnel* per rack: (subtopology, rack) ->
+    funnel, at most the pairs' caps in all -> client, at most its pairs' caps in all. A
+    relaxation (every flow of the full layer is one of the funnels, at the same cost); the
+    funnels' flow is then split per pair within the caps (``split_exactly``), which makes it a
+    flow of the full layer at the relaxed optimum, hence optimal. When no split exists, the
+    clients the funnels fed get nodes of their own and the graph is solved again; should that
+    fail too, the third round is the full layer.
     """
     tasks, racks = problem.cross.shape
     clients = len(problem.client_rack)
@@ -168,7 +179,16 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     row_nodes = class_nodes[class_of]
     row_nodes[several] = graph.nodes(int(several.sum()))
     key_rack = np.asarray(graph.nodes(key_count * racks)).reshape(key_count, racks)
-    key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
+    needed = np.zeros((key_count, clients), dtype=bool)  # pairs with a node: a direct arc lands there
+    needed[row_key, target] = True
+    needed[row_key[other], anchor[other]] = True
+    needed[row_key[third], holder[third]] = True
+    if own_nodes is None:  # funnels when they would serve many pairs
+        own_nodes = np.full(clients, needed.size - int(needed.sum()) < FUNNEL_PAIRS)
+    needed |= own_nodes[None, :]
+    pair_key, pair_client = np.nonzero(needed)
+    key_client = np.full((key_count, clients), -1, dtype=np.int64)
+    key_client[pair_key, pair_client] = graph.nodes(len(pair_key))
     client_nodes = np.asarray(graph.nodes(clients))
     sink = graph.node()
     graph.supplies(class_nodes, class_sizes)
@@ -194,10 +214,18 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
                              _price(problem, row_cross[third], target[third], anchor[third], holder[third],
                                     holder[third]))
     # Rack node -> its clients, then the subtopology cap, then the client's slots.
-    spread = graph.arcs(key_rack[:, problem.client_rack].ravel(), key_client.ravel(), BIG, 0)
-    graph.arcs(key_client.ravel(), np.tile(client_nodes, key_count), np.asarray(caps).ravel(), 0)
+    pair_caps = np.asarray(caps)[pair_key, pair_client]
+    spread = graph.arcs(key_rack[pair_key, problem.client_rack[pair_client]], key_client[pair_key, pair_client],
+                        BIG, 0)
+    graph.arcs(key_client[pair_key, pair_client], client_nodes[pair_client], pair_caps, 0)
+    funnels = _Funnels(graph, problem, key_rack, client_nodes, np.where(needed, 0, caps))
     graph.arcs(client_nodes, sink, problem.slots, 0)
     graph.solve()
+    slots_left = np.zeros((key_count, clients), dtype=np.int64)
+    slots_left[pair_key, pair_client] = graph.flows(spread)
+    fed = funnels.split(graph, slots_left)
+    if fed is not None:  # a second round takes the fed clients out of the funnels, a third all of them
+        return solve_compressed(problem, own_nodes | fed if not own_nodes.any() else np.ones(clients, dtype=bool))
 
     row_count = len(rows)
     to_target = graph.flows(target_arcs)
@@ -224,9 +252,50 @@ def solve_compressed(problem: PlacementProblem) -> np.ndarray:
     rack_ends = np.cumsum(to_rack, axis=1)[pool_class[pool_members]]
     via_rack = np.full(tasks, -1, dtype=np.int64)
     via_rack[pool[pool_members]] = (rack_ends <= pool_place[:, None]).sum(axis=1)
-    slots_left = graph.flows(spread).reshape(key_count, clients).copy()
     _deal(problem, keys, via_rack, slots_left, assignment)
     return assignment
+
+
+class _Funnels:
+    """One funnel per rack for the (subtopology, client) pairs without a node of their own
+    (``solve_compressed``); ``caps[k, c]`` is a pair's cap where it goes through a funnel, else 0."""
+
+    def __init__(self, graph: FlowGraph, problem: PlacementProblem, key_rack: np.ndarray, client_nodes: np.ndarray,
+                 caps: np.ndarray) -> None:
+        racks = key_rack.shape[1]
+        self.key_racks = racks
+        self.pair_key, self.pair_client = np.nonzero(caps)
+        self.pair_caps = caps[self.pair_key, self.pair_client]
+        self.pair_row = self.pair_key * racks + problem.client_rack[self.pair_client]
+        self.into = self.out = None
+        if len(self.pair_key):
+            by_key_rack = np.bincount(self.pair_row, weights=self.pair_caps,
+                                      minlength=key_rack.size).astype(np.int64)
+            self.rows = np.flatnonzero(by_key_rack)
+            client_caps = np.bincount(self.pair_client, weights=self.pair_caps,
+                                      minlength=len(client_nodes)).astype(np.int64)
+            self.reached = np.flatnonzero(client_caps)
+            funnel = np.asarray(graph.nodes(racks))
+            self.into = graph.arcs(key_rack.ravel()[self.rows], funnel[self.rows % racks], by_key_rack[self.rows], 0)
+            self.out = graph.arcs(funnel[problem.client_rack[self.reached]], client_nodes[self.reached],
+                                  client_caps[self.reached], 0)
+
+    def split(self, graph: FlowGraph, slots: np.ndarray) -> np.ndarray | None:
+        """Add the funnels' flow to ``slots[k, c]``, split within the pairs' caps; None when it
+        fits, else a mask of the clients the funnels fed (they need nodes of their own)."""
+        if self.into is None:
+            return None
+        supply = np.zeros(slots.shape[0] * self.key_racks, dtype=np.int64)
+        supply[self.rows] = graph.flows(self.into)
+        demand = np.zeros(slots.shape[1], dtype=np.int64)
+        demand[self.reached] = graph.flows(self.out)
+        if not supply.any():
+            return None
+        units = split_exactly(supply, demand, self.pair_row, self.pair_client, self.pair_caps)
+        if units is None:
+            return demand > 0
+        np.add.at(slots, (self.pair_key, self.pair_client), units)
+        return None
 
 
 def _group(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -728,7 +728,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
                                          owner=coordinator_to_proto(g.owner) if g.owner is not None else None))
         return pb.ListGroupsResponse(groups=page)
 
-    async def Assign(self, request: pb.AssignRequest, context: grpc.aio.ServicerContext) -> pb.AssignResponse:
+    async def Assign(self, request: pb.AssignRequest, context: grpc.aio.ServicerContext) -> bytes:
         def convert(msg: pb.AssignRequest):
             try:
                 return parse_problem(problem_document_from_proto(msg.problem))
@@ -745,7 +745,8 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             result = await self._coordinator.assign(problem)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"problem.{error.field}: {error.message}")
-        return pb.AssignResponse(result=result_to_proto(result))
+        # encoding a large result is Python work too: off the event loop, as bytes (``_serialize``)
+        return await asyncio.to_thread(lambda: pb.AssignResponse(result=result_to_proto(result)).SerializeToString())
 
     @_redirects(pb.RouteQueryResponse)
     async def RouteQuery(self, request: pb.RouteQueryRequest, context: grpc.aio.ServicerContext) -> pb.RouteQueryResponse:

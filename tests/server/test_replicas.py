@@ -195,3 +195,23 @@ async def test_writes_of_many_groups_overlap_but_each_group_ends_with_its_latest
         for group_id in owned:
             (written,) = row(postgres_dsn, "SELECT snapshot FROM groups WHERE group_id = %s", group_id)
             assert json.loads(written)["last_trigger"] == "step-29"
+
+
+async def test_an_expired_group_hands_its_lease_back_and_a_later_group_of_that_id_gets_a_higher_epoch(tmp_path, postgres_dsn):
+    from tests.server.harness import run_for
+
+    async with replica(tmp_path, postgres_dsn, "r1", empty_group_retention_ms=60_000) as running:
+        (member,) = await stable_group(running, "short-lived", members=1)
+        assert (await member.leave()).error_code == epb.ERROR_CODE_NONE
+        await run_for(running.clock, [], 130_000)  # sweeps note it empty, then find it past the retention
+        for _ in range(50):
+            if "short-lived" not in running.server.ownership.leases:
+                break
+            await asyncio.sleep(0.05)
+        assert "short-lived" not in running.server.coordinator.groups
+        assert "short-lived" not in running.server.ownership.leases  # not renewed any more
+        assert row(postgres_dsn, "SELECT count(*) FROM groups WHERE group_id = 'short-lived'") == (0,)
+        assert row(postgres_dsn, "SELECT epoch, expires_at <= now() FROM group_leases WHERE group_id = 'short-lived'") == (1, True)
+        again = Worker(running.stub, group_id="short-lived")
+        await rebalance(running.clock, [again], advance_ms=3_000)
+        assert running.server.ownership.leases["short-lived"] == 2
