@@ -234,7 +234,7 @@ class LeaderServer:
         self.retention = Retention(self.coordinator, self.clock, self.coordinator.timers, s.empty_group_retention_ms,
                                    on_expired=lambda _gid: self.metrics.groups_expired.inc())
         gate = self.gate = s.gate(self.metrics)
-        add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen)
+        add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen, self.metrics.refused_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server

@@ -35,7 +35,6 @@ from server.auth import check_join as check_join_owner
 from server.failures import contain, decoder
 from server.limits import (
     OFF_LOOP_BYTES,
-    LimitExceeded,
     Limits,
     check_assign,
     check_group_capacity,
@@ -614,9 +613,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         """Await a coordinator call whose admit check (run under the group's lock) may refuse it:
         a full group or server, or an id that belongs to another principal."""
         try:
-            return await call
-        except LimitExceeded as error:
-            await context.abort(error.code, str(error))
+            return await call  # a LimitExceeded goes on to ``server.failures.contain``
         except AuthError as error:
             self.gate.refuse(method, principal, error)
             await context.abort(error.code, str(error))
@@ -629,8 +626,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             return convert(*args)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
-        except LimitExceeded as error:
-            await context.abort(error.code, str(error))
+        # LimitExceeded goes on to ``server.failures.contain``, which counts and answers it
 
     async def _guard_large(self, context: grpc.aio.ServicerContext, request: Any, check, convert) -> Any:
         """``_guard`` for a request that may be large: the limits are checked first (they only
@@ -785,14 +781,14 @@ def _serialize(response: Any) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
-def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server, on_internal_error=None) -> None:
+def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server, on_internal_error=None, on_refused=None) -> None:
     """Register the servicer like the generated ``add_GroupLeaderServicer_to_server``, except that
     a handler may return pre-serialised bytes (SyncGroup does) and an unexpected exception is
     contained (``server.failures.contain``)."""
     service = pb.DESCRIPTOR.services_by_name["GroupLeader"]
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
-            contain(method.name, getattr(servicer, method.name), on_internal_error),
+            contain(method.name, getattr(servicer, method.name), on_internal_error, on_refused),
             request_deserializer=decoder(message_factory.GetMessageClass(method.input_type)),
             response_serializer=_serialize,
         )

@@ -80,6 +80,9 @@ class Metrics:
 
         self.groups_expired = Counter("remote_leader_groups_expired", "Empty groups removed after the retention", registry=r)
 
+    def refused_seen(self, method: str, code: str, reason: str) -> None:
+        self.refused.labels(method, code, reason).inc()
+
     def internal_errors_seen(self, method: str) -> None:
         self.internal_errors.labels(method).inc()
 
