@@ -260,7 +260,7 @@ class LeaderServer:
                             gate=gate, mode=s.live_page, ssl_context=tls)
             rebalance_log.listeners.append(page.history.record_rebalance)
             try:
-                await page.start(host, s.metrics_port)
+                await page.start(host, s.metrics_port, rebalance_log.path)
             except OSError as error:
                 await page.stop()
                 raise ListenError(f"cannot listen on {host}:{s.metrics_port} (--metrics-port): {error.strerror or error}") from None

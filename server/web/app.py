@@ -123,7 +123,15 @@ class LivePage:
             app.router.add_get("/static/plotly.min.js", self.plotly)
         return app
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, rebalance_log: Path | None = None) -> None:
+        """Bind, and read the recent rebalances back from the rebalance log's tail (so that a
+        restarted server's page shows the rebalances before the restart)."""
+        if rebalance_log is not None and self.mode != "off":
+            try:
+                for record in await asyncio.to_thread(read_log_tail, rebalance_log):
+                    self.history.record_rebalance(record)
+            except OSError as error:
+                log.warning("live_page.rebalance_log.unreadable", path=str(rebalance_log), error=repr(error))
         self._runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=self.ssl_context, reuse_address=True)
@@ -248,6 +256,34 @@ class LivePage:
                      title=f"remote-leader: {view.group_id}", now=_clock(now))
 
 
+#: How much of the rebalance log's end the page reads at start: records carry the whole
+#: scenario, so a large group's record is large; the page needs only the last few per group.
+LOG_TAIL_BYTES = 8 * 1024 * 1024
+
+
+def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> list[dict[str, Any]]:
+    """The complete JSON lines within the last ``max_bytes`` of the log, oldest first; lines
+    that are not JSON objects are skipped (the analytics report counts them)."""
+    if not path.exists():
+        return []
+    with path.open("rb") as handle:
+        size = handle.seek(0, 2)
+        handle.seek(max(0, size - max_bytes))
+        chunk = handle.read()
+    lines = chunk.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]  # the first line was cut
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
 def _html(template: str, **context: Any) -> web.Response:
     return web.Response(text=_templates.get_template(template).render(**context), content_type="text/html",
                         headers={"Cache-Control": "no-store"})
@@ -304,6 +340,7 @@ def group_context(view: Any, history: PageHistory, now_ms: int) -> dict[str, Any
         "rebalances": [{
             "generation": r.generation, "when": _clock(r.time_ms), "ago": _ago(now_ms, r.time_ms),
             "trigger": r.trigger, "compute_ms": f"{r.compute_ms:,.1f}", "members": r.members,
+            "duration": f"{r.rebalance_ms / 1000:,.2f} s" if r.rebalance_ms else "–",
             "moved": r.actives_moved, "placed": r.actives_placed, "warmups": r.warmups,
             "probing": "yes" if r.probing else "no",
         } for r in history.rebalances(view.group_id)],

@@ -33,6 +33,7 @@ class RebalanceSummary:
     time_ms: int
     trigger: str
     compute_ms: float
+    rebalance_ms: int  # the join barrier and the assignor together; 0 when not known
     members: int
     actives_moved: int  # an active that had another owner in the input
     actives_placed: int  # an active that had no owner in the input
@@ -61,6 +62,7 @@ def summarize(record: Mapping[str, Any]) -> RebalanceSummary:
         time_ms=int(record.get("time_ms", 0)),
         trigger=str(record.get("trigger", "")),
         compute_ms=float(record.get("compute_ms") or 0.0),
+        rebalance_ms=int(record.get("rebalance_ms") or 0),
         members=len(document_in.get("clients", ())),
         actives_moved=moved,
         actives_placed=placed,
