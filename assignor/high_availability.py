@@ -83,7 +83,7 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
         return settled
 
     costs = CostModel(lag_aware=True)
-    balanced = active_target(group, ranking, costs)
+    balanced = active_target(group, ranking, costs, group.standby_count(config.num_standby_replicas))
     view = rack_aware.RackView.of(group, config)
     actives, report = rack_aware.optimize_actives(group, balanced, config, ranking, view)
     if report.enabled and _restores_more(group, ranking, balanced, actives):

@@ -54,6 +54,14 @@ MOVE = 10
 # TIER_COST of a non-zero rank by its residue mod 4 (ranking.tier_of): lagging, unknown, no state
 _TIER_BY_RESIDUE = (TIER_COST[Tier.LAGGING], TIER_COST[Tier.UNKNOWN], TIER_COST[Tier.NO_STATE], None)
 SUBTOPOLOGY_EXCESS = 1
+# Per unit of a client's stateless actives (active flow) or standbys (standby flow) outside its
+# own thread share, inside the balance windows: a tie-break, never worth a move (MOVE). A group
+# kept at these shares gives a newcomer its quotas by drops alone: each client above a new
+# ceiling hands one replica over, and nothing shuffles among the others (docs/assignor.md).
+SHARE_PREFERENCE = 1
+# Per task whose active cannot leave its owner without a standby chain (``chain_prone``): on
+# every way out but the owner. A tie-break among the actives a client must give up.
+STANDBY_CHAIN = 1
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use every arc
 
@@ -286,44 +294,96 @@ class _SubtopologyHubs:
         return dict(zip(self._clients, units.tolist(), strict=True))
 
 
+def share_segments(window: tuple[int, int], share: tuple[int, int]) -> list[tuple[int, int]]:
+    """(capacity, price) of the convex segments that fill ``window`` while preferring ``share``:
+    below the share -SHARE_PREFERENCE a unit, inside it 0, above it +SHARE_PREFERENCE."""
+    low, high = window
+    start = min(max(share[0], low), high)
+    stop = min(max(share[1], start), high)
+    return [(start - low, -SHARE_PREFERENCE), (stop - start, 0), (high - stop, SHARE_PREFERENCE)]
+
+
+def _prefer_share(graph: FlowGraph, tail: int, head: int, window: tuple[int, int], share: tuple[int, int]) -> None:
+    """Arcs from ``tail`` to ``head`` for the units in ``window``, preferring ``share`` among them."""
+    for capacity, price in share_segments(window, share):
+        if capacity:
+            graph.arc(tail, head, capacity, price)
+
+
 def _group_key(spec: TaskSpec) -> tuple[int, bool]:
     return (spec.id.subtopology, spec.stateful)
 
 
-def active_target(group: Group, ranking: Ranking, costs: CostModel,
+def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
+    """Stateful tasks whose active cannot leave its caught-up owner without a standby chain.
+
+    The flows run actives first. When an owner must give up an active but no replica (it holds
+    no more caught-up replicas than its new ceiling), it keeps that task as a standby, and one
+    of the task's standby holders must give its standby up; if none holds a replica to spare
+    either, the chain goes on, to a standby on a client without state: one warm-up, and one
+    probing rebalance, more than the move needs (docs/assignor.md, "Scaling out at the floor").
+    """
+    if per_task == 0:
+        return set()
+    ceiling = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+    held: dict[str, int] = defaultdict(int)
+    for task in group.stateful:
+        owner = group.prev_active_owner.get(task)
+        for client in (owner, *group.prev_standby_holders.get(task, ())):
+            if client is not None and ranking.caught_up(task, client):
+                held[client] += 1
+    spare = {c: held[c] - ceiling[c].ceiling for c in group.clients}
+    prone = set()
+    for task in group.stateful:
+        owner = group.prev_active_owner.get(task)
+        if owner is None or spare[owner] > 0 or not ranking.caught_up(task, owner):
+            continue
+        if all(spare[c] <= 0 for c in group.prev_standby_holders.get(task, ()) if ranking.caught_up(task, c)):
+            prone.add(task)
+    return prone
+
+
+def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: int = 0,
                   own_arcs: frozenset[str] | None = None) -> dict[TaskId, str]:
     """One active per task, balanced in total and in stateful actives, sticky, lag-aware.
 
+    ``per_task``, the standbys per stateful task to come, lets a lag-aware target prefer
+    moving actives that start no standby chain (``chain_prone``, ``STANDBY_CHAIN``).
     ``own_arcs``: the clients the subtopology hubs reach by arcs of their own, not through a
     funnel (``_SubtopologyHubs``); by size when None.
     """
     if not group.clients or not group.specs:
         return {}
+    prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
     graph = FlowGraph()
     clients = group.clients
     client_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
     stateful_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
+    stateless_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
     sink = graph.node()
 
     total = quotas(len(group.specs), group.threads)
     stateful = quotas(len(group.stateful), group.threads)
+    stateless = quotas(len(group.stateless), group.threads)
     for client in clients:
-        q, s = total[client], stateful[client]
+        q, s, free = total[client], stateful[client], stateless[client]
         graph.arc(client_node[client], sink, q.floor, -BALANCE_FLOOR)
         graph.arc(client_node[client], sink, q.ceiling - q.floor, 0)
         graph.arc(client_node[client], sink, BIG_CAPACITY, OVER_CEILING)
         graph.arc(stateful_node[client], client_node[client], s.floor, -STATEFUL_FLOOR)
         graph.arc(stateful_node[client], client_node[client], s.ceiling - s.floor, 0)
         graph.arc(stateful_node[client], client_node[client], BIG_CAPACITY, OVER_CEILING)
+        _prefer_share(graph, stateless_node[client], client_node[client], (0, BIG_CAPACITY),
+                      (free.floor, free.ceiling))
 
     counts: dict[tuple[int, bool], int] = defaultdict(int)
     for spec in group.specs.values():
         counts[_group_key(spec)] += 1
     keys = sorted(counts)
-    client_nodes = np.array([client_node[c] for c in clients], dtype=np.int64)
     stateful_nodes = np.array([stateful_node[c] for c in clients], dtype=np.int64)
+    stateless_nodes = np.array([stateless_node[c] for c in clients], dtype=np.int64)
     hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
-                            lambda key: stateful_nodes if key[1] else client_nodes,
+                            lambda key: stateful_nodes if key[1] else stateless_nodes,
                             own_arcs)
     classes = _TaskClasses(units=1)
     hub_only = classes.hub_only
@@ -338,6 +398,9 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel,
                 continue
             special = costs.special_arcs(ranking, task, holders if owner is None or owner in holders
                                          else [*holders, owner], (owner,))
+            if task in prone:
+                hub_cost += STANDBY_CHAIN
+                special = {c: price + STANDBY_CHAIN * (c != owner) for c, price in special.items()}
         elif owner is None:
             hub_only[key, hubs.hub[key], MOVE].append(task)
             continue
@@ -350,7 +413,7 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel,
     graph.solve()
     fed = hubs.realize(graph)
     if fed:
-        return active_target(group, ranking, costs, own_arcs=hubs.next_round(fed))
+        return active_target(group, ranking, costs, per_task, own_arcs=hubs.next_round(fed))
 
     pick_tasks, pick_clients, hub_tasks, _ = classes.decode(graph)
     target = dict(zip(pick_tasks, pick_clients, strict=True))
@@ -539,12 +602,13 @@ class _StandbyFlow:
         for task in group.stateful:
             stateful_actives[actives[task]] += 1
         replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+        standby_share = quotas(len(group.stateful) * per_task, group.threads, limit=len(group.stateful))
         for client in clients:
-            q = replicas[client]
+            q, share = replicas[client], standby_share[client]
             floor = max(0, q.floor - stateful_actives[client])
             ceiling = max(floor, q.ceiling - stateful_actives[client])
             graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
-            graph.arc(replica_node[client], sink, ceiling - floor, 0)
+            _prefer_share(graph, replica_node[client], sink, (floor, ceiling), (share.floor, share.ceiling))
             graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING)
         self.counts: dict[int, int] = defaultdict(int)
         for task in group.stateful:

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_assignor.py            # everything (a few minutes)
     .venv/bin/python bench/bench_assignor.py --quick    # smaller rows only
+    .venv/bin/python bench/bench_assignor.py --floor-sweep   # one instance joining 540 group shapes
 
 Each timing row is measured in a fresh subprocess (end to end: imports excluded, building
 the domain objects excluded, one ``assign`` call included), so the peak-RSS growth is the
@@ -70,14 +71,14 @@ def timing_table(rows) -> None:
               f"{row['warmups']} | {row['probing']} |", flush=True)
 
 
-def join_settled_group(old_clients: int, task_count: int) -> dict:
+def join_settled_group(old_clients: int, task_count: int, standbys: int = 1, max_warmups: int = 2) -> dict:
     """One fresh instance joins a settled group; count probing rebalances and relocations."""
     from assignor.convergence import settle
     from assignor.model import AssignmentConfig, ClientState
     from bench.workloads import tasks_of
 
     specs = tasks_of(task_count, subtopologies=10, stateful_share=0.8)
-    config = AssignmentConfig(num_standby_replicas=1, max_warmup_replicas=2)
+    config = AssignmentConfig(num_standby_replicas=standbys, max_warmup_replicas=max_warmups)
     members = [ClientState(id=f"c{i:03d}") for i in range(old_clients)]
     _, members = settle(specs, members, config, max_rounds=10_000)
     before = {t: c.id for c in members for t in c.prev_active}
@@ -87,24 +88,52 @@ def join_settled_group(old_clients: int, task_count: int) -> dict:
     stateful = {s.id for s in specs if s.stateful}
     relocated = sum(1 for t in stateful if before[t] != after[t])
     joiner_actives = sum(1 for t in stateful if after[t] == "joiner")
+    stateless_moved = [t for t in before if t not in stateful and before[t] != after[t]]
+    joiner = next(c for c in members if c.id == "joiner")
     return {
+        "joiner_stateful_replicas": sum(1 for t in (*joiner.prev_active, *joiner.prev_standby) if t in stateful),
+        "moved_among_old": sum(1 for t in before if before[t] != after[t] and after[t] != "joiner"),
         "probing_rebalances": len(results) - 1,
         "relocated": relocated,
         "stateful": len(stateful),
         "joiner_stateful_actives": joiner_actives,
+        "stateless_relocated": len(stateless_moved),
+        "stateless_to_joiner": sum(1 for t in stateless_moved if after[t] == "joiner"),
         "settled": not results[-1].probing_rebalance_needed,
     }
 
 
 def join_table() -> None:
     print("| group | tasks | probing rebalances until settled | stateful actives relocated | "
-          "moved to the new instance | Kafka (measured): probing, relocated |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+          "moved to the new instance | stateless actives relocated (to the new instance) | "
+          "Kafka (measured): probing, relocated |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     kafka = {9: "66, 71 of 80", 19: "147, 141 of 160", 49: "765, 751 of 800"}
     for old, tasks in JOIN_ROWS:
         row = join_settled_group(old, tasks)
         print(f"| {old} → {old + 1} | {tasks} | {row['probing_rebalances']} | {row['relocated']} of "
-              f"{row['stateful']} | {row['joiner_stateful_actives']} | {kafka[old]} |", flush=True)
+              f"{row['stateful']} | {row['joiner_stateful_actives']} | {row['stateless_relocated']} "
+              f"({row['stateless_to_joiner']}) | {kafka[old]} |", flush=True)
+
+
+def floor_sweep() -> None:
+    """One instance joins settled groups of many shapes: does each settle in KIP-441's floor,
+    ceil(newcomer's stateful replicas / max_warmup_replicas) probing rebalances, moving no active
+    among the old clients? (docs/assignor.md, "Scaling out at the floor")"""
+    shapes = [(old, tasks, standbys, warmups) for old in (3, 4, 5, 6, 7, 9, 11, 13, 19, 24)
+              for tasks in (50, 60, 100, 150, 200, 400) for standbys in (0, 1, 2) for warmups in (1, 2, 3)]
+    missed = []
+    for old, tasks, standbys, warmups in shapes:
+        row = join_settled_group(old, tasks, standbys, warmups)
+        floor = math.ceil(row["joiner_stateful_replicas"] / warmups)
+        if row["probing_rebalances"] != floor or row["moved_among_old"]:
+            missed.append(f"{old} clients, {tasks} tasks, {standbys} standbys, {warmups} warm-ups: "
+                          f"{row['probing_rebalances']} probing rebalances (floor {floor}), "
+                          f"{row['moved_among_old']} actives moved among old clients")
+    print(f"| {len(shapes)} join shapes | at the floor, nothing moved among old clients: "
+          f"{len(shapes) - len(missed)} | missed: {len(missed)} |")
+    for line in missed:
+        print(f"  missed: {line}")
 
 
 def random_scaling_rounds(scenarios: int) -> None:
@@ -131,6 +160,7 @@ def random_scaling_rounds(scenarios: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--floor-sweep", action="store_true", help="only the join-shape sweep (a few minutes)")
     parser.add_argument("--time-one")
     args = parser.parse_args()
     if args.time_one:
@@ -138,6 +168,9 @@ def main() -> None:
         print(json.dumps(time_one(clients, tasks, standbys)))
         return
     print(f"# assignor benchmark ({os.cpu_count()} cores, Python {sys.version.split()[0]})\n")
+    if args.floor_sweep:
+        floor_sweep()
+        return
     timing_table(TIMING_ROWS[:3] if args.quick else TIMING_ROWS)
     print()
     join_table()

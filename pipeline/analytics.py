@@ -96,7 +96,18 @@ def episodes_of(records: Any) -> Any:
     )
 
 
-def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int = 3600, report: bool = True,
+#: Timeline bucket sizes to choose from, seconds: the smallest that keeps a log's span within
+#: ``TIMELINE_BUCKETS`` buckets (a 5-minute log in 5-second buckets, a week in hours).
+NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 604800)
+TIMELINE_BUCKETS = 60
+
+
+def bucket_for_span(span_s: float, buckets: int = TIMELINE_BUCKETS) -> int:
+    """The timeline's bucket: about ``buckets`` of them over the log's span, on a round size."""
+    return next((b for b in NICE_BUCKETS_S if span_s / b <= buckets), NICE_BUCKETS_S[-1])
+
+
+def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int | None = None, report: bool = True,
             partitions: int | None = None, show_progress: bool = True) -> dict[str, Any]:
     """Measure every record of the logs at ``paths`` and write the tables under ``out``."""
     from pyspark.sql import Window
@@ -154,6 +165,9 @@ def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int = 36
     groups = groups.join(settle, "group_id", "left").fillna({"episodes": 0, "episodes_settled": 0})
     groups.orderBy("group_id").write.mode("overwrite").parquet(str(out / "groups"))
 
+    if bucket_s is None:
+        span = records.agg(F.min("time_ms").alias("first"), F.max("time_ms").alias("last")).first()
+        bucket_s = bucket_for_span(((span["last"] or 0) - (span["first"] or 0)) / 1000.0)
     bucket_ms = int(bucket_s) * 1000
     timeline = (
         records.withColumn("bucket_ms", F.floor(F.col("time_ms") / bucket_ms) * bucket_ms)
@@ -177,6 +191,7 @@ def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int = 36
     bad_summary.orderBy(F.desc("count")).write.mode("overwrite").parquet(str(out / "bad_lines"))
 
     data = _report_data(spark, out, files, parsed_count=good.count())
+    data["bucket_s"] = int(bucket_s)
     if report:
         from pipeline.report import analytics_report
 

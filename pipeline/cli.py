@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     analyze.add_argument("logs", nargs="+", metavar="LOGS", help="rebalance-log files or directories")
     analyze.add_argument("--out", required=True, help="output directory")
     analyze.add_argument("--master", default=None, help="Spark master (default local[2]; spark-submit's own)")
-    analyze.add_argument("--bucket-s", type=int, default=3600, help="timeline bucket in seconds (default 3600)")
+    analyze.add_argument("--bucket-s", type=int, default=None,
+                         help="timeline bucket in seconds (default: a round size giving about 60 buckets over the log's span)")
     analyze.add_argument("--partitions", type=int, default=None, help="Spark partitions for the log lines")
     analyze.add_argument("--no-report", action="store_true", help="skip report.html")
     analyze.set_defaults(func=run_analyze)
@@ -38,7 +39,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     from pipeline.rebalance_log import InvalidLog, expand_paths
     from pipeline.spark import spark_session
 
-    if args.bucket_s < 1:
+    if args.bucket_s is not None and args.bucket_s < 1:
         print("analyze: --bucket-s: must be >= 1", file=sys.stderr)
         return 2
     try:

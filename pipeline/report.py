@@ -11,6 +11,7 @@ import base64
 import html
 import io
 import math
+import textwrap
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
@@ -33,7 +35,7 @@ MAX_LINES = 8  # curves per plot: the best-ranked configs, so the plot stays rea
 
 def _png(fig: Any) -> str:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
+    fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     return f'<img alt="figure" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
 
@@ -93,7 +95,7 @@ def sweep_report(data: Mapping[str, Any]) -> str:
     sections.append(("Tasks not running after each rebalance", _down_curves(data["down_curves"], events, ranked)))
     sections.append(("Task downtime by config", _downtime_bars(data["configs"], events)))
     for heat in data["heatmaps"]:
-        sections.append((f"Heatmap: {heat['y']} × {heat['x']}", _heatmaps(heat, events)))
+        sections.append((f"Heatmap: {axis_label(heat['y'])} × {axis_label(heat['x'])}", _heatmaps(heat, events)))
     for event in events:
         rows = [r for r in data["configs"] if r["event"] == event]
         sections.append((f"Ranking for {event}", table(rows, [
@@ -124,30 +126,63 @@ def _grid_of_axes(count: int, width: float = 5.2, height: float = 3.6) -> tuple[
     return fig, flat
 
 
+_STYLES = [(ls, mk) for mk in ("o", "s", "^", "D", "v", "P", "X", "*") for ls in ("-", "--", ":", "-.")]
+_STYLES = [_STYLES[i * 5 % len(_STYLES)] for i in range(len(_STYLES))]  # neighbours differ in both
+
+
+def _legend(ax: Any, count: int) -> None:
+    """Readable legends: 9 pt, below the plot (long config names would squeeze it from the side)."""
+    for line in ax.get_lines():
+        line.set_label(textwrap.fill(str(line.get_label()), 90))
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(0.0, -0.2), borderaxespad=0.0, frameon=False, ncol=1)
+
+
+def _same_curves(series: Mapping[str, list[tuple[float, float]]], order: Sequence[str]) -> list[tuple[str, list]]:
+    """Configs whose curves are identical draw one line labelled with all their names (a line
+    drawn over another would hide it)."""
+    merged: dict[tuple, list[str]] = {}
+    for config in order:
+        merged.setdefault(tuple(sorted(series[config])), []).append(config)
+    return [(" = ".join(names), list(points)) for points, names in merged.items()]
+
+
 def _event_lines(rows: Sequence[Mapping[str, Any]], events: Sequence[str], ranked: Mapping, x: str, y: str,
                  *, xlabel: str, ylabel: str, settled_share: bool) -> str:
     """One panel per event, one line per config (the best-ranked ones): x against y."""
-    if not rows:
-        return '<p class="note">no data</p>'
     series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
-        series[(row["event"], row["config"])].append((row[x], row[y]))
-    fig, axes = _grid_of_axes(len(events))
+        if row[x] is not None and row[y] is not None:
+            series[(row["event"], row["config"])].append((row[x], row[y]))
+    if len({t for points in series.values() for t, _ in points}) < 2:
+        return ('<p class="note">no data to draw over time: every point falls at the same moment '
+                "(the tables below have the numbers)</p>")
+    if not settled_share and not any(v for points in series.values() for _, v in points):
+        return f'<p class="note">nothing to draw: {ylabel} was 0 after every rebalance of every run</p>'
+    lines = max(len({c for e, c in series if e == event}) for event in events)
+    fig, axes = _grid_of_axes(len(events), width=10.0 if len(events) == 1 else 6.4,
+                              height=3.6 + 0.3 * min(lines, MAX_LINES))
     for ax, event in zip(axes, events, strict=False):
-        configs = [c for e, c in series if e == event]
-        for config in _top_configs(event, configs, ranked):
-            points = sorted(series[(event, config)])
+        configs = _top_configs(event, [c for e, c in series if e == event], ranked)
+        curves = _same_curves({c: series[(event, c)] for c in configs}, configs)
+        for index, (label, points) in enumerate(curves):
+            style, marker = _STYLES[index % len(_STYLES)]
             if settled_share:  # a CDF over log time
-                ax.step([max(t, 1) for t, _ in points], [v for _, v in points], where="post", label=config)
+                ax.step([max(t, 1) for t, _ in points], [v for _, v in points], where="post", label=label,
+                        linestyle=style, marker=marker, markersize=4, linewidth=1.6)
             else:
-                ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=config)
+                ax.plot([t / 60 for t, _ in points], [v for _, v in points], label=label, linestyle=style,
+                        marker=marker, markersize=4, linewidth=1.6)
         if settled_share:
             ax.set_xscale("log")
             ax.set_ylim(-0.02, 1.02)
-        ax.set_title(event)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=5, loc="lower right" if settled_share else "upper right")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+        else:
+            ax.set_ylim(bottom=0)
+        ax.set_title(event, fontsize=11)
+        ax.set_xlabel(xlabel, fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.grid(alpha=0.3)
+        _legend(ax, len(curves))
     return _png(fig)
 
 
@@ -164,43 +199,74 @@ def _down_curves(rows: Sequence[Mapping[str, Any]], events: Sequence[str], ranke
 def _downtime_bars(configs: Sequence[Mapping[str, Any]], events: Sequence[str]) -> str:
     if not configs:
         return '<p class="note">no runs</p>'
-    fig, axes = _grid_of_axes(len(events), height=max(2.5, 0.35 * len({c["config"] for c in configs}) + 1))
+    if not any((c["downtime_mean_task_s"] or 0) or (c["downtime_p95_task_s"] or 0) for c in configs):
+        return '<p class="note">nothing to draw: no task was down in any run of any config (0 task·s)</p>'
+    count = len({c["config"] for c in configs})
+    fig, axes = _grid_of_axes(len(events), width=10.0 if len(events) == 1 else 6.4, height=max(2.8, 0.42 * count + 1.4))
     for ax, event in zip(axes, events, strict=False):
         rows = sorted((r for r in configs if r["event"] == event), key=lambda r: r["rank"])[::-1]
-        labels = [r["config"] for r in rows]
+        labels = [textwrap.fill(str(r["config"]), 34) for r in rows]
         means = [r["downtime_mean_task_s"] or 0.0 for r in rows]
         p95 = [r["downtime_p95_task_s"] or 0.0 for r in rows]
-        ax.barh(range(len(rows)), means, color="#4c72b0", label="mean")
-        ax.plot(p95, range(len(rows)), "k|", markersize=12, label="p95")
-        ax.set_yticks(range(len(rows)), labels, fontsize=6)
-        ax.set_title(event)
-        ax.set_xlabel("task downtime, task·seconds")
-        ax.legend(fontsize=7)
+        ax.barh(range(len(rows)), means, color="#4c72b0", height=0.7, label="mean")
+        ax.plot(p95, range(len(rows)), "k|", markersize=14, markeredgewidth=2, label="p95")
+        ax.set_yticks(range(len(rows)), labels, fontsize=8)
+        ax.set_xlim(left=0)
+        ax.set_title(event, fontsize=11)
+        ax.set_xlabel("task downtime (task·seconds)", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=9, frameon=False, loc="upper left", bbox_to_anchor=(0.0, -0.22), ncol=2)
     return _png(fig)
 
 
+#: Grid axes in people's words (the grid's keys, with or without the group/config prefix).
+AXIS_LABELS = {
+    "clients": "members", "threads": "threads per member", "racks": "racks", "subtopologies": "subtopologies",
+    "partitions": "partitions", "stateful_share": "stateful share", "standbys": "standby replicas",
+    "changelog_offsets": "changelog size (offsets)", "lag": "standby lag at the start",
+    "restore_rate": "restore rate (offsets/s)", "append_rate": "append rate (offsets/s)", "assignor": "assignor",
+    "acceptable_recovery_lag": "acceptable recovery lag (offsets)", "max_warmup_replicas": "max warm-up replicas",
+    "probing_interval_s": "probing interval (s)", "early_probe": "early probe",
+    "min_probe_interval_s": "min probe interval (s)", "rack_strategy": "rack strategy",
+}
+
+
+def axis_label(name: str) -> str:
+    bare = name[2:] if name[:2] in ("g_", "c_") else name
+    return AXIS_LABELS.get(bare, bare.replace("_", " "))
+
+
 def _heatmaps(heat: Mapping[str, Any], events: Sequence[str]) -> str:
+    """Colour from zero (the reader's origin, not the smallest cell: a few percent must not look
+    like a lot), numbers in each cell in a colour that stays readable on it."""
     x, y = heat["x"], heat["y"]
     xs = sorted({c[x] for c in heat["cells"]}, key=_sort_key)
     ys = sorted({c[y] for c in heat["cells"]}, key=_sort_key)
-    fig, axes = _grid_of_axes(len(events) * 2, width=5.0, height=3.4)
+    if len(xs) * len(ys) < 2:
+        return '<p class="note">no data: a single cell, nothing to compare</p>'
+    fig, axes = _grid_of_axes(len(events) * 2, width=5.6, height=3.8)
+    cmap = matplotlib.colormaps["viridis"]
     index = 0
     for event in events:
         cells = {(c[x], c[y]): c for c in heat["cells"] if c["event"] == event}
-        for metric, title in (("downtime", "mean downtime task·s"), ("settle", "mean settle s")):
+        for metric, title in (("downtime", "mean task downtime (task·s)"), ("settle", "mean time to settle (s)")):
             ax = axes[index]
             index += 1
             grid = [[_nan(cells.get((xv, yv), {}).get(metric)) for xv in xs] for yv in ys]
-            image = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower")
-            ax.set_xticks(range(len(xs)), [str(v) for v in xs], fontsize=7)
-            ax.set_yticks(range(len(ys)), [str(v) for v in ys], fontsize=7)
-            ax.set_xlabel(x)
-            ax.set_ylabel(y)
-            ax.set_title(f"{event}: {title}", fontsize=8)
+            finite = [v for row in grid for v in row if not math.isnan(v)]
+            top = max(finite, default=0.0) or 1.0
+            image = ax.imshow(grid, aspect="auto", cmap=cmap, origin="lower", vmin=0.0, vmax=top)
+            ax.set_xticks(range(len(xs)), [_fmt(v) for v in xs], fontsize=9)
+            ax.set_yticks(range(len(ys)), [_fmt(v) for v in ys], fontsize=9)
+            ax.set_xlabel(axis_label(x), fontsize=10)
+            ax.set_ylabel(axis_label(y), fontsize=10)
+            ax.set_title(f"{event}: {title}", fontsize=10)
             for row_index, row in enumerate(grid):
                 for col_index, value in enumerate(row):
                     if not math.isnan(value):
-                        ax.text(col_index, row_index, _fmt(value), ha="center", va="center", color="w", fontsize=6)
+                        r, g, b, _ = cmap(value / top)
+                        ink = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+                        ax.text(col_index, row_index, _fmt(value), ha="center", va="center", color=ink, fontsize=9)
             fig.colorbar(image, ax=ax)
     return _png(fig)
 
@@ -228,9 +294,13 @@ def analytics_report(data: Mapping[str, Any]) -> str:
             ("settle_p50_s", "to settled p50 s"), ("settle_max_s", "to settled max s"),
             ("cross_rack_last", "cross-rack (last)"), ("imbalance_last", "imbalance (last)"),
             ("lag_p95_max", "lag p95 (max)")])))]
-    sections.append(("Rebalances over time", _timeline(data["timeline"], "rebalances", "rebalances per bucket")))
-    sections.append(("Warm-ups in flight over time", _timeline(data["timeline"], "warmups_max", "max warm-ups")))
-    sections.append(("Imbalance over time", _timeline(data["timeline"], "imbalance_mean", "mean imbalance (tasks/thread)")))
+    bucket = _duration(data.get("bucket_s", 3600))
+    sections.append((f"Rebalances over time ({bucket} buckets)",
+                     _timeline(data["timeline"], "rebalances", f"rebalances per {bucket}")))
+    sections.append((f"Warm-ups in flight over time ({bucket} buckets)",
+                     _timeline(data["timeline"], "warmups_max", "most warm-ups in flight")))
+    sections.append((f"Imbalance over time ({bucket} buckets)",
+                     _timeline(data["timeline"], "imbalance_mean", "mean imbalance (tasks per thread)")))
     sections.append(("Tasks moved per rebalance", _histogram(data["moved_hist"])))
     sections.append(("Lag distribution (reported lags)", _lag_bars(data["lag_hist"], data["lag_buckets"])))
     sections.append(("From a membership change to settled", _episodes(data["episodes"]) + table(data["episodes"], [
@@ -242,21 +312,36 @@ def analytics_report(data: Mapping[str, Any]) -> str:
     return page("remote-leader rebalance analytics", sections)
 
 
+def _duration(seconds: int) -> str:
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
 def _timeline(rows: Sequence[Mapping[str, Any]], metric: str, label: str) -> str:
-    if not rows:
-        return '<p class="note">no records</p>'
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         series[row["group_id"]].append((row["bucket_ms"] / 1000.0, row[metric] or 0.0))
-    fig, ax = plt.subplots(figsize=(9, 3.6), layout="constrained")
+    if len({t for points in series.values() for t, _ in points}) < 2:
+        return '<p class="note">no data to draw over time: all records fall in one bucket (the tables have the numbers)</p>'
+    fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
     groups = sorted(series, key=lambda g: (-len(series[g]), g))[:MAX_LINES]
     start = min(t for g in groups for t, _ in series[g])
-    for group in sorted(groups):
+    end = max(t for g in groups for t, _ in series[g])
+    scale, unit = (60.0, "minutes") if end - start >= 600 else (1.0, "seconds")
+    if end - start >= 2 * 86400:
+        scale, unit = 3600.0, "hours"
+    for index, group in enumerate(sorted(groups)):
         points = sorted(series[group])
-        ax.step([(t - start) / 60 for t, _ in points], [v for _, v in points], where="post", marker=".", label=group)
-    ax.set_xlabel("minutes since the first record")
-    ax.set_ylabel(label)
-    ax.legend(fontsize=7)
+        style, marker = _STYLES[index % len(_STYLES)]
+        ax.step([(t - start) / scale for t, _ in points], [v for _, v in points], where="post", marker=marker,
+                linestyle=style, markersize=4, label=group)
+    ax.set_xlabel(f"{unit} since the first record", fontsize=10)
+    ax.set_ylabel(label, fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    _legend(ax, len(groups))
     return _png(fig)
 
 
@@ -265,8 +350,9 @@ def _histogram(rows: Sequence[Mapping[str, Any]]) -> str:
         return '<p class="note">no records</p>'
     fig, ax = plt.subplots(figsize=(7, 3.2), layout="constrained")
     ax.bar([r["tasks_moved"] for r in rows], [r["count"] for r in rows], color="#4c72b0")
-    ax.set_xlabel("active tasks moved in the rebalance")
-    ax.set_ylabel("rebalances")
+    ax.set_xlabel("tasks moved in the rebalance", fontsize=10)
+    ax.set_ylabel("rebalances", fontsize=10)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     return _png(fig)
 
 
@@ -279,9 +365,10 @@ def _lag_bars(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str]) -> str:
     for index, row in enumerate(groups):
         ax.bar([i + index * width for i in range(len(buckets))], row["hist"], width=width, label=row["group_id"])
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(buckets))], buckets)
-    ax.set_xlabel("reported lag (offsets); 'latest' and 'unknown' not counted")
-    ax.set_ylabel("replica reports")
-    ax.legend(fontsize=7)
+    ax.set_xlabel("reported lag (offsets); 'latest' and 'unknown' not counted", fontsize=10)
+    ax.set_ylabel("replica reports", fontsize=10)
+    ax.tick_params(axis="x", labelsize=8, labelrotation=30)
+    _legend(ax, len(groups))
     return _png(fig)
 
 

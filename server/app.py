@@ -8,7 +8,6 @@ start and stop; tests inject a ``FakeClock`` (which is its own timer set).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -18,7 +17,6 @@ import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from remote_leader.v1 import group_leader_pb2
 from server.assignor_runner import AssignorRunner
@@ -34,6 +32,7 @@ from server.runtime import Coordinator
 from server.store import GroupStore, Store
 from server.store_postgres import open_replicated
 from server.timers import AsyncioTimers, Clock, FakeClock, SystemClock, Timers
+from server.web.app import LivePage, ssl_context_for
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +82,8 @@ class Settings:
     acl_file: Path | None = None
     metrics_host: str = ""
     metrics_tls: bool = False
+    #: Who may open the live page on the metrics port: loopback clients, anyone, or nobody.
+    live_page: str = "loopback"
     empty_group_retention_ms: int = 604_800_000
     log_level: str = "info"
     log_format: str = "json"
@@ -164,9 +165,11 @@ class LeaderServer:
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
         self._health = health_aio.HealthServicer()
-        self._metrics_http = None
+        self._metrics_http: LivePage | None = None
         self.coordinator: Coordinator | None = None
         self.retention: Retention | None = None
+        #: Authentication and ACLs of this server (server/auth.py), for any other front door.
+        self.gate: Gate | None = None
         self.ownership: Ownership | None = None
         self._started = False
 
@@ -230,8 +233,8 @@ class LeaderServer:
         self.coordinator.ownership = self.ownership
         self.retention = Retention(self.coordinator, self.clock, self.coordinator.timers, s.empty_group_retention_ms,
                                    on_expired=lambda _gid: self.metrics.groups_expired.inc())
-        gate = s.gate(self.metrics)
-        add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen)
+        gate = self.gate = s.gate(self.metrics)
+        add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate), server, self.metrics.internal_errors_seen, self.metrics.refused_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
@@ -252,12 +255,17 @@ class LeaderServer:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if s.metrics_port:
             host = s.metrics_host or s.listen.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
-            tls = {"certfile": str(s.tls_cert), "keyfile": str(s.tls_key)} if s.metrics_tls else {}
+            tls = ssl_context_for(Path(s.tls_cert), Path(s.tls_key), s.tls_client_ca) if s.metrics_tls else None
+            page = LivePage(registry=self.metrics.registry, coordinator=lambda: self.coordinator, clock=self.clock,
+                            gate=gate, mode=s.live_page, ssl_context=tls)
+            rebalance_log.listeners.append(page.history.record_rebalance)
             try:
-                self._metrics_http, _ = start_http_server(s.metrics_port, addr=host, registry=self.metrics.registry, **tls)
+                await page.start(host, s.metrics_port, rebalance_log.path)
             except OSError as error:
+                await page.stop()
                 raise ListenError(f"cannot listen on {host}:{s.metrics_port} (--metrics-port): {error.strerror or error}") from None
-            self.metrics_port = self._metrics_http.server_port
+            self._metrics_http = page
+            self.metrics_port = page.port
         if not gate.enabled and not is_loopback(s.listen):
             log.warning("server.unauthenticated", listen=s.listen,
                         detail="listening beyond loopback with no authentication: anyone who reaches the port may "
@@ -285,9 +293,7 @@ class LeaderServer:
         if self.coordinator is not None:
             await self.coordinator.close()
         if self._metrics_http is not None:
-            with contextlib.suppress(Exception):
-                self._metrics_http.shutdown()
-                self._metrics_http.server_close()
+            await self._metrics_http.stop()
             self._metrics_http = None
         if self._started:
             log.info("server.stopped")

@@ -63,8 +63,10 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
     ("--replica-id", "replica_id", "REMOTE_LEADER_REPLICA_ID", str),
     ("--advertise-address", "advertise_address", "REMOTE_LEADER_ADVERTISE_ADDRESS", str),
     ("--lease-ms", "lease_ms", "REMOTE_LEADER_LEASE_MS", int),
+    ("--live-page", "live_page", "REMOTE_LEADER_LIVE_PAGE", str),
 ]
 _EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+_LIVE_PAGE = ("loopback", "on", "off")
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 #: What each flag means (docs/interfaces.md, "Server settings"); ``serve --help`` adds the
@@ -101,6 +103,8 @@ _HELP: dict[str, str] = {
     "--acl-file": "YAML grants per principal and group pattern; deny by default once authentication is on",
     "--metrics-host": "bind address of the HTTP port (/metrics); default: the host of --listen",
     "--metrics-tls": "serve the HTTP port over HTTPS with --tls-cert/--tls-key: true or false",
+    "--live-page": "the live operator's page on the metrics port: loopback (only local clients), on (anyone who "
+                   "reaches the port; with authentication and ACLs when configured) or off",
     "--max-message-bytes": "largest request grpc accepts, bytes (RESOURCE_EXHAUSTED beyond)",
     "--max-partitions-per-topic": "largest partition_count of a source topic",
     "--max-partitions-per-group": "partitions of all of a topology's source topics",
@@ -114,7 +118,7 @@ _HELP: dict[str, str] = {
     "--empty-group-retention-ms": "remove a group that has had no members this long, ms; 0 keeps them",
 }
 _METAVARS = {"--log-level": "{" + ",".join(_LOG_LEVELS) + "}", "--log-format": "{json,console}",
-             "--event-loop": "{" + ",".join(_EVENT_LOOPS) + "}"}
+             "--event-loop": "{" + ",".join(_EVENT_LOOPS) + "}", "--live-page": "{" + ",".join(_LIVE_PAGE) + "}"}
 
 
 class SettingsError(ValueError):
@@ -186,6 +190,8 @@ def _check(s) -> None:
             raise SettingsError(f"--{name.replace('_', '-')}: no such file {str(path)!r}")
     if s.log_format not in ("json", "console"):
         raise SettingsError(f"--log-format: expected json or console, got {s.log_format!r}")
+    if s.live_page not in _LIVE_PAGE:
+        raise SettingsError(f"--live-page: expected one of {', '.join(_LIVE_PAGE)}, got {s.live_page!r}")
     if s.event_loop not in _EVENT_LOOPS:
         raise SettingsError(f"--event-loop: expected one of {', '.join(_EVENT_LOOPS)}, got {s.event_loop!r}")
     if ":" not in s.listen:

@@ -35,7 +35,6 @@ from server.auth import check_join as check_join_owner
 from server.failures import contain, decoder
 from server.limits import (
     OFF_LOOP_BYTES,
-    LimitExceeded,
     Limits,
     check_assign,
     check_group_capacity,
@@ -614,9 +613,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         """Await a coordinator call whose admit check (run under the group's lock) may refuse it:
         a full group or server, or an id that belongs to another principal."""
         try:
-            return await call
-        except LimitExceeded as error:
-            await context.abort(error.code, str(error))
+            return await call  # a LimitExceeded goes on to ``server.failures.contain``
         except AuthError as error:
             self.gate.refuse(method, principal, error)
             await context.abort(error.code, str(error))
@@ -629,8 +626,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             return convert(*args)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
-        except LimitExceeded as error:
-            await context.abort(error.code, str(error))
+        # LimitExceeded goes on to ``server.failures.contain``, which counts and answers it
 
     async def _guard_large(self, context: grpc.aio.ServicerContext, request: Any, check, convert) -> Any:
         """``_guard`` for a request that may be large: the limits are checked first (they only
@@ -728,7 +724,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
                                          owner=coordinator_to_proto(g.owner) if g.owner is not None else None))
         return pb.ListGroupsResponse(groups=page)
 
-    async def Assign(self, request: pb.AssignRequest, context: grpc.aio.ServicerContext) -> pb.AssignResponse:
+    async def Assign(self, request: pb.AssignRequest, context: grpc.aio.ServicerContext) -> bytes:
         def convert(msg: pb.AssignRequest):
             try:
                 return parse_problem(problem_document_from_proto(msg.problem))
@@ -745,7 +741,8 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             result = await self._coordinator.assign(problem)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"problem.{error.field}: {error.message}")
-        return pb.AssignResponse(result=result_to_proto(result))
+        # encoding a large result is Python work too: off the event loop, as bytes (``_serialize``)
+        return await asyncio.to_thread(lambda: pb.AssignResponse(result=result_to_proto(result)).SerializeToString())
 
     @_redirects(pb.RouteQueryResponse)
     async def RouteQuery(self, request: pb.RouteQueryRequest, context: grpc.aio.ServicerContext) -> pb.RouteQueryResponse:
@@ -784,14 +781,14 @@ def _serialize(response: Any) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
-def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server, on_internal_error=None) -> None:
+def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server, on_internal_error=None, on_refused=None) -> None:
     """Register the servicer like the generated ``add_GroupLeaderServicer_to_server``, except that
     a handler may return pre-serialised bytes (SyncGroup does) and an unexpected exception is
     contained (``server.failures.contain``)."""
     service = pb.DESCRIPTOR.services_by_name["GroupLeader"]
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
-            contain(method.name, getattr(servicer, method.name), on_internal_error),
+            contain(method.name, getattr(servicer, method.name), on_internal_error, on_refused),
             request_deserializer=decoder(message_factory.GetMessageClass(method.input_type)),
             response_serializer=_serialize,
         )

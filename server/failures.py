@@ -16,6 +16,8 @@ import grpc
 import structlog
 from google.protobuf.message import DecodeError
 
+from server.limits import LimitExceeded
+
 log = structlog.get_logger(__name__)
 
 INTERNAL_MESSAGE = "internal error; the server logged the details"
@@ -45,7 +47,10 @@ def contain(
     method: str,
     handler: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
     on_error: Callable[[str], None] | None = None,
+    on_refused: Callable[[str, str, str], None] | None = None,
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """``on_error(method)`` counts an unexpected exception; ``on_refused(method, code, limit)``
+    a request refused by a limit (``server.limits.LimitExceeded``, answered with its status)."""
     async def contained(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {request.type_name} message")
@@ -53,6 +58,10 @@ def contain(
             return await handler(request, context)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
+        except LimitExceeded as error:
+            if on_refused is not None:
+                on_refused(method, error.code.name, error.limit)
+            await context.abort(error.code, str(error))
         except Exception:
             log.exception(
                 "rpc.internal_error",

@@ -210,6 +210,8 @@ class Group:
     last_rebalance_ms: int = 0
     last_trigger: str = ""
     pending_trigger: str = ""
+    #: When the rebalance in progress began (PreparingRebalance entered): the log's rebalance_ms.
+    rebalance_started_ms: int = 0
     join_ready_ms: int = 0
     join_deadline_ms: int = 0
     next_probe_ms: int | None = None
@@ -413,6 +415,7 @@ class Group:
         self._transition(GroupState.PREPARING_REBALANCE)
         self.awaiting_assignment = False  # a result still out is stale now
         self.pending_trigger = trigger
+        self.rebalance_started_ms = now_ms
         effects: list = [Event("group.rebalance.started", {"trigger": str(trigger)})]
         effects += self._cancel_probe()
         longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -516,6 +519,9 @@ class Group:
                         "generation": generation,
                         "time_ms": now_ms,
                         "compute_ms": round(compute_ms, 3),
+                        # from PreparingRebalance to the assignment (0 when the start is not known,
+                        # e.g. a rebalance begun before a restart)
+                        "rebalance_ms": now_ms - self.rebalance_started_ms if self.rebalance_started_ms else 0,
                         "trigger": str(self.pending_trigger),
                         "input": problem_to_document(problem),
                         "output": result_to_document(result, explain=True),

@@ -13,6 +13,7 @@ import json
 import logging
 import logging.handlers
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,9 @@ class Metrics:
 
         self.groups_expired = Counter("remote_leader_groups_expired", "Empty groups removed after the retention", registry=r)
 
+    def refused_seen(self, method: str, code: str, reason: str) -> None:
+        self.refused.labels(method, code, reason).inc()
+
     def internal_errors_seen(self, method: str) -> None:
         self.internal_errors.labels(method).inc()
 
@@ -120,12 +124,19 @@ class RebalanceLog:
         self._handler.setFormatter(logging.Formatter("%(message)s"))
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._task: asyncio.Task | None = None
+        #: Called with each record as it is appended (the live page's recent rebalances).
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._drain(), name="rebalance-log-writer")
 
     def append(self, record: dict[str, Any]) -> None:
         self._queue.put_nowait(record)
+        for listener in self.listeners:
+            try:
+                listener(record)
+            except Exception as error:  # a reader (the live page) never loses the record
+                log.error("rebalance_log.listener.failed", error=repr(error))
 
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":"), sort_keys=False)

@@ -105,7 +105,7 @@ class Ownership:
         self.leases: dict[str, int] = {}
         self._valid_until = 0.0
         self._adopter: Adopter | None = None
-        self._claiming: dict[str, asyncio.Lock] = {}
+        self._claiming: dict[str, list] = {}  # group_id -> [lock, users]
         self._task: asyncio.Task | None = None
         self.serving = False
         self.on_serving: Callable[[bool], Awaitable[None]] | None = None
@@ -155,9 +155,11 @@ class Ownership:
             if not self.valid():
                 raise NotCoordinator(None, "this replica cannot renew its leases (PostgreSQL unreachable?)")
             return
-        lock = self._claiming.setdefault(group_id, asyncio.Lock())
+        # One claim per group at a time in this replica; the entry lives while anyone uses it.
+        entry = self._claiming.setdefault(group_id, [asyncio.Lock(), 0])
+        entry[1] += 1
         try:
-            async with lock:
+            async with entry[0]:
                 if group_id in self.leases:
                     return
                 try:
@@ -165,7 +167,8 @@ class Ownership:
                 except (psycopg.Error, PoolTimeout) as error:
                     raise NotCoordinator(None, f"PostgreSQL unreachable: {type(error).__name__}") from None
         finally:
-            if not lock.locked() and self._claiming.get(group_id) is lock:
+            entry[1] -= 1
+            if entry[1] == 0:
                 del self._claiming[group_id]
 
     async def find(self, group_id: str) -> ReplicaInfo:
@@ -218,9 +221,9 @@ class Ownership:
             epoch = claimed[0]
             snapshot = await (await conn.execute("SELECT snapshot FROM groups WHERE group_id = %s", (group_id,))).fetchone()
         document = json.loads(snapshot[0]) if snapshot else None
-        self.leases[group_id] = epoch
-        if self._adopter is not None:
+        if self._adopter is not None:  # before the lease counts here: no call sees a half-loaded group
             await self._adopter.adopt(group_id, document)
+        self.leases[group_id] = epoch
         if epoch > 1:
             log.info("ownership.takeover", group_id=group_id, epoch=epoch, restored=document is not None)
             if self.metrics is not None:
@@ -288,6 +291,13 @@ class Ownership:
             await self._adopter.forget(group_id)
         if self.metrics is not None:
             self.metrics.leases_held.set(len(self.leases))
+
+    def released(self, group_id: str, epoch: int) -> None:
+        """The group expired here and its lease was handed back: stop renewing it."""
+        if self.leases.get(group_id) == epoch:
+            del self.leases[group_id]
+            if self.metrics is not None:
+                self.metrics.leases_held.set(len(self.leases))
 
     async def lost(self, group_id: str) -> None:
         """A write of this group was fenced: another replica owns it now."""

@@ -58,11 +58,16 @@ WRITERS = 6
 _MIGRATION_LOCK = 0x726C2D736368656D
 
 _FENCED_DELETE = """
-DELETE FROM groups
-WHERE group_id = %(group_id)s AND EXISTS (
-    SELECT 1 FROM group_leases WHERE group_id = %(group_id)s AND owner = %(owner)s AND epoch = %(epoch)s
+WITH lease AS (
+    UPDATE group_leases SET expires_at = now() - interval '1 millisecond'
+    WHERE group_id = %(group_id)s AND owner = %(owner)s AND epoch = %(epoch)s
+    RETURNING group_id
 )
+DELETE FROM groups WHERE group_id IN (SELECT group_id FROM lease)
 """
+"""An expired group's row goes, and its lease is handed back in the same statement, only while
+the writer holds the lease. The lease row itself stays: its epoch must keep growing for any
+later group of the same id, or an old replica's stale epoch could match again."""
 
 _FENCED_WRITE = """
 WITH lease AS (
@@ -117,10 +122,12 @@ class PostgresStore(GroupStore):
     ``lease(group_id)`` returns ``(owner, epoch)`` of this replica's lease on the group, or
     None when it holds none (the write is then refused before it is sent)."""
 
-    def __init__(self, pool: AsyncConnectionPool, lease: Callable[[str], tuple[str, int] | None]) -> None:
+    def __init__(self, pool: AsyncConnectionPool, lease: Callable[[str], tuple[str, int] | None],
+                 released: Callable[[str, int], None] | None = None) -> None:
         super().__init__(path=None)  # type: ignore[arg-type]
         self._pool = pool
         self._lease = lease
+        self._released = released
         self._tasks: set[asyncio.Task] = set()
 
     async def open(self) -> None:
@@ -186,6 +193,8 @@ class PostgresStore(GroupStore):
         owner, epoch = lease
         async with self._pool.connection() as conn:
             await conn.execute(_FENCED_DELETE, {"group_id": group_id, "owner": owner, "epoch": epoch})
+        if self._released is not None:
+            self._released(group_id, epoch)
 
     async def close(self) -> None:
         await self.flush()
@@ -206,4 +215,4 @@ async def open_replicated(dsn: str, replica_id: str, lease_ms: int, metrics: Any
         await pool.close()
         raise OSError(f"--store: cannot connect to PostgreSQL: {error}") from None
     ownership = Ownership(pool, replica_id, "", lease_ms, metrics=metrics)
-    return ownership, PostgresStore(pool, ownership.lease)
+    return ownership, PostgresStore(pool, ownership.lease, ownership.released)

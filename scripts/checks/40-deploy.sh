@@ -5,7 +5,8 @@
 #      (helm/remote-leader/ci/all-on-values.yaml), each piped to kubernetes-validate --strict
 #      for the oldest and the newest Kubernetes the chart supports; the chart's guards must refuse
 #      bad values;
-#   3. the ServiceMonitor (a CRD kubernetes-validate has no schema for) against a strict schema
+#   3. the Grafana dashboard ConfigMap (ci/check_dashboard.py: off by default; its queries name
+#      only metrics the server exports), the ServiceMonitor (a CRD kubernetes-validate has no schema for) against a strict schema
 #      of the CRD fields the chart uses, and the rendered server against docs/interfaces.md;
 #   4. examples/k8s/ with kubernetes-validate --strict, and its sidecar's arguments and topology
 #      file through remote-leader's own parser and loader.
@@ -90,6 +91,11 @@ for values in default ci/all-on-values.yaml ci/replicated-values.yaml; do
     validate "$WORK/core.yaml" "the chart ($values)" "$kube"
     "$PYTHON" "$CHART/ci/check_contract.py" docs/interfaces.md < "$rendered"
     if [ "$values" = ci/all-on-values.yaml ]; then
+      PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$CHART/ci/check_dashboard.py" < "$rendered"
+    else
+      "$PYTHON" "$CHART/ci/check_dashboard.py" --expect-none < "$rendered"
+    fi
+    if [ "$values" = ci/all-on-values.yaml ]; then
       "$PYTHON" "$CHART/ci/check_servicemonitor.py" < "$rendered"
     elif [ -s "$WORK/monitors.yaml" ] && grep -q ServiceMonitor "$WORK/monitors.yaml"; then
       echo "40-deploy: the default values render a ServiceMonitor (it needs the operator's CRDs: off by default)" >&2
@@ -114,6 +120,8 @@ refuse "tls.enabled needs tls.secretName" --set tls.enabled=true
 refuse "probes.kind grpc cannot check a TLS server" --set tls.enabled=true --set tls.secretName=t --set probes.kind=grpc
 refuse "set exactly one of minAvailable and maxUnavailable" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.maxUnavailable=1
 refuse "serviceMonitor.enabled needs metrics" --set serviceMonitor.enabled=true --set ports.metrics=0
+refuse "grafanaDashboard.enabled needs metrics" --set grafanaDashboard.enabled=true --set ports.metrics=0
+refuse "value must be one of 'loopback', 'on', 'off'" --set server.livePage=everyone
 refuse "value must be one of 'json', 'console'" --set server.logFormat=xml
 refuse "tls.clientAuth needs tls.enabled" --set tls.clientAuth=true
 refuse "auth.aclSecretName needs a way to authenticate" --set auth.aclSecretName=acl

@@ -29,6 +29,8 @@ from assignor.target import (
     BALANCE_FLOOR,
     MOVE,
     OVER_CEILING,
+    SHARE_PREFERENCE,
+    STANDBY_CHAIN,
     STATEFUL_FLOOR,
     SUBTOPOLOGY_EXCESS,
     TIER_COST,
@@ -108,6 +110,7 @@ class _Instance:
         for task, client in self.owner.items():
             self.previous[task].add(client)
         self.stateful = sorted(t for t, s in self.specs.items() if s.stateful)
+        self.prone: set[TaskId] = set()
 
     def _tier(self, rank: int) -> int:
         return TIER_COST[tier_of(rank)] if self.lag_aware else 0
@@ -123,7 +126,33 @@ class _Instance:
     def active_price(self, task: TaskId, client: str) -> int:
         if not self.specs[task].stateful:
             return 0 if self.owner.get(task) == client else MOVE
-        return self._price(task, client, sticky=self.owner.get(task) == client)
+        owner = self.owner.get(task)
+        own = self._price(task, client, sticky=owner == client)
+        if task not in self.prone:
+            return own
+        # every way out of a chain-prone task but its owner costs STANDBY_CHAIN more; the
+        # owner is also reachable through the hub, at the hub's price plus that
+        hub = self._tier(self.ranking.absent[task]) + MOVE + STANDBY_CHAIN
+        return min(own, hub) if client == owner else own + STANDBY_CHAIN
+
+    def mark_chain_prone(self, per_task: int) -> None:
+        """Tasks whose caught-up owner, and every caught-up standby holder, hold no more
+        caught-up replicas than their new replica ceiling (assignor.target.chain_prone)."""
+        self.prone = set()
+        if per_task == 0 or not self.lag_aware:
+            return
+        ceiling = quotas(len(self.stateful) * (1 + per_task), self.threads, limit=len(self.stateful))
+        held = defaultdict(int)
+        for task in self.stateful:
+            for client in self.previous[task]:
+                held[client] += self.ranking.caught_up(task, client)
+        spare = {c: held[c] - ceiling[c].ceiling for c in self.clients}
+        for task in self.stateful:
+            owner = self.owner.get(task)
+            if owner is None or not self.ranking.caught_up(task, owner) or spare[owner] > 0:
+                continue
+            if all(spare[c] <= 0 for c in self.previous[task] - {owner} if self.ranking.caught_up(task, c)):
+                self.prone.add(task)
 
     def standby_price(self, task: TaskId, client: str) -> int:
         return self._price(task, client, sticky=client in self.previous[task])
@@ -139,6 +168,14 @@ class _Instance:
     def active_windows(self):
         return quotas(len(self.specs), self.threads), quotas(len(self.stateful), self.threads)
 
+    def stateless_shares(self) -> dict[str, tuple[int, int]]:
+        shares = quotas(len(self.specs) - len(self.stateful), self.threads)
+        return {c: (q.floor, q.ceiling) for c, q in shares.items()}
+
+    def standby_shares(self, per_task: int) -> dict[str, tuple[int, int]]:
+        shares = quotas(len(self.stateful) * per_task, self.threads, limit=len(self.stateful))
+        return {c: (q.floor, q.ceiling) for c, q in shares.items()}
+
     def standby_windows(self, actives: dict, per_task: int) -> dict[str, tuple[int, int]]:
         on = defaultdict(int)
         for task in self.stateful:
@@ -151,16 +188,41 @@ class _Instance:
         return windows
 
 
-def _convex(graph: FlowGraph, tail: int, head: int, window, reward: int) -> None:
+def _convex(graph: FlowGraph, tail: int, head: int, window, reward: int, share=None) -> None:
+    """The balance window; with ``share``, units inside the window cost -SHARE_PREFERENCE below
+    the share, SHARE_PREFERENCE above it."""
     floor, ceiling = window
     graph.arc(tail, head, floor, -reward)
-    graph.arc(tail, head, ceiling - floor, 0)
+    if share is None:
+        graph.arc(tail, head, ceiling - floor, 0)
+    else:
+        for count in range(floor + 1, ceiling + 1):
+            graph.arc(tail, head, 1, _share_price(count, share))
     graph.arc(tail, head, BIG, OVER_CEILING)
 
 
-def _convex_cost(count: int, window, reward: int) -> int:
+def _share_price(count: int, share) -> int:
+    """The price of a client's ``count``-th unit relative to its share."""
+    return -SHARE_PREFERENCE if count <= share[0] else SHARE_PREFERENCE if count > share[1] else 0
+
+
+def _convex_cost(count: int, window, reward: int, share=None) -> int:
     floor, ceiling = window
-    return -reward * min(count, floor) + OVER_CEILING * max(0, count - ceiling)
+    cost = -reward * min(count, floor) + OVER_CEILING * max(0, count - ceiling)
+    if share is not None:
+        cost += sum(_share_price(k, share) for k in range(floor + 1, min(count, ceiling) + 1))
+    return cost
+
+
+def _share_arcs(graph: FlowGraph, tail: int, head: int, share) -> None:
+    """Any number of units, preferring the ``share`` window (stateless actives)."""
+    graph.arc(tail, head, share[0], -SHARE_PREFERENCE)
+    graph.arc(tail, head, share[1] - share[0], 0)
+    graph.arc(tail, head, BIG, SHARE_PREFERENCE)
+
+
+def _share_cost(count: int, share) -> int:
+    return -SHARE_PREFERENCE * min(count, share[0]) + SHARE_PREFERENCE * max(0, count - share[1])
 
 
 def _key(spec: TaskSpec):
@@ -169,15 +231,18 @@ def _key(spec: TaskSpec):
 
 def reference_active_optimum(inst: _Instance) -> int:
     """One node per task, an arc to every client at its price, through the (key, client) soft
-    caps, into the stateful and total balance windows."""
+    caps, into the stateful and total balance windows (stateless actives preferring their share)."""
     graph = FlowGraph()
     total, stateful = inst.active_windows()
     sink = graph.node()
     client_node = {c: graph.node() for c in inst.clients}
     stateful_node = {c: graph.node() for c in inst.clients}
+    stateless_node = {c: graph.node() for c in inst.clients}
+    stateless = inst.stateless_shares()
     for c in inst.clients:
         _convex(graph, client_node[c], sink, (total[c].floor, total[c].ceiling), BALANCE_FLOOR)
         _convex(graph, stateful_node[c], client_node[c], (stateful[c].floor, stateful[c].ceiling), STATEFUL_FLOOR)
+        _share_arcs(graph, stateless_node[c], client_node[c], stateless[c])
     counts = defaultdict(int)
     for spec in inst.specs.values():
         counts[_key(spec)] += 1
@@ -185,7 +250,7 @@ def reference_active_optimum(inst: _Instance) -> int:
     cap_node = {}
     for (key, c), cap in caps.items():
         node = cap_node[key, c] = graph.node()
-        head = stateful_node[c] if key[1] else client_node[c]
+        head = stateful_node[c] if key[1] else stateless_node[c]
         graph.arc(node, head, cap, 0)
         graph.arc(node, head, BIG, SUBTOPOLOGY_EXCESS)
     for task, spec in inst.specs.items():
@@ -208,23 +273,25 @@ def active_cost(inst: _Instance, actives: dict[TaskId, str]) -> int:
         on[client] += 1
         on_stateful[client] += spec.stateful
         held[_key(spec), client] += 1
+    stateless = inst.stateless_shares()
     for c in inst.clients:
         cost += _convex_cost(on[c], (total[c].floor, total[c].ceiling), BALANCE_FLOOR)
         cost += _convex_cost(on_stateful[c], (stateful[c].floor, stateful[c].ceiling), STATEFUL_FLOOR)
+        cost += _share_cost(on[c] - on_stateful[c], stateless[c])
     return cost + SUBTOPOLOGY_EXCESS * sum(max(0, held[pair] - cap) for pair, cap in inst.caps(counts).items())
 
 
 def reference_standby_optimum(inst: _Instance, actives: dict, per_task: int, relaxed: bool) -> int:
     """One node per stateful task with ``per_task`` units, arcs to every client through the
-    (subtopology, client) soft caps into the replica windows. Exact (``relaxed`` False): one
+    (subtopology, client) soft caps into the replica windows (preferring the standby share). Exact (``relaxed`` False): one
     unit per client, never the active's. ``relaxed``: what a hub allows besides, up to
     ``per_task`` units on any client, the active's included, at the hub's price."""
     graph = FlowGraph()
-    windows = inst.standby_windows(actives, per_task)
+    windows, shares = inst.standby_windows(actives, per_task), inst.standby_shares(per_task)
     sink = graph.node()
     replica_node = {c: graph.node() for c in inst.clients}
     for c in inst.clients:
-        _convex(graph, replica_node[c], sink, windows[c], BALANCE_FLOOR)
+        _convex(graph, replica_node[c], sink, windows[c], BALANCE_FLOOR, shares[c])
     counts = defaultdict(int)
     for task in inst.stateful:
         counts[task.subtopology] += per_task
@@ -256,7 +323,8 @@ def standby_cost(inst: _Instance, actives: dict, standbys: dict, per_task: int) 
             cost += inst.standby_price(task, client)
             on[client] += 1
             held[task.subtopology, client] += 1
-    cost += sum(_convex_cost(on[c], windows[c], BALANCE_FLOOR) for c in inst.clients)
+    shares = inst.standby_shares(per_task)
+    cost += sum(_convex_cost(on[c], windows[c], BALANCE_FLOOR, shares[c]) for c in inst.clients)
     return cost + SUBTOPOLOGY_EXCESS * sum(max(0, held[pair] - cap) for pair, cap in inst.caps(counts).items())
 
 
@@ -281,13 +349,17 @@ def _recorded(call):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans())
-def test_active_classes_reach_the_per_task_optimum(group, lag_aware):
+@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), standbys=st.integers(0, 2))
+def test_active_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
+    index = Group.of(specs, clients)
+    per_task = index.standby_count(standbys)
+    inst.mark_chain_prone(per_task)
+    if inst.prone:
+        event("chain-prone tasks priced")
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    actives, optimum = _recorded(lambda: target.active_target(Group.of(specs, clients), ranking,
-                                                                    CostModel(lag_aware)))
+    actives, optimum = _recorded(lambda: target.active_target(index, ranking, CostModel(lag_aware), per_task))
     assert sorted(actives) == sorted(inst.specs)
     assert optimum == reference_active_optimum(inst)
     assert active_cost(inst, actives) == optimum

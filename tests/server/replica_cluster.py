@@ -79,10 +79,16 @@ class Cluster:
             pass
         return port
 
-    def start(self, name: str) -> Replica:
-        port = self._port()
-        while (metrics_port := self._port()) == port:
-            pass
+    def restart(self, name: str) -> Replica:
+        """The replica again, at the same address (a StatefulSet pod coming back with its name):
+        members' bootstrap lists stay valid. Its lease epochs start over from the database."""
+        old = self.replicas[name]
+        return self.start(name, port=old.port, metrics_port=old.metrics_port)
+
+    def start(self, name: str, *, port: int = 0, metrics_port: int = 0) -> Replica:
+        port = port or self._port()
+        while not metrics_port or metrics_port == port:
+            metrics_port = self._port()
         log_path = self.workdir / f"{name}.log"
         command = [
             sys.executable, "-m", "remote_leader.cli", "serve", "--store", self.dsn, "--listen", f"127.0.0.1:{port}",

@@ -31,6 +31,8 @@ async def test_a_partition_count_of_2_31_is_refused_at_once_and_changes_nothing(
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "partition_count: 2147483647 exceeds max_partitions_per_topic = 10000" in error.details()
         assert "--max-partitions-per-topic" in error.details()
+        assert s.server.metrics.registry.get_sample_value("remote_leader_requests_refused_total", {
+            "method": "JoinGroup", "code": "INVALID_ARGUMENT", "reason": "max_partitions_per_topic"}) == 1.0
         assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
 
 
@@ -62,6 +64,8 @@ async def test_a_full_group_refuses_newcomers_but_not_its_members(tmp_path):
         error = await _refused(s.stub.JoinGroup, s.worker().join_request())
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "members of group 'app': 3 exceeds max_members_per_group = 2" in error.details()
+        assert s.server.metrics.registry.get_sample_value("remote_leader_requests_refused_total", {
+            "method": "JoinGroup", "code": "RESOURCE_EXHAUSTED", "reason": "max_members_per_group"}) == 1.0
         await rebalance(s.clock, members)  # the members rejoin: no newcomer, no refusal
         assert all(m.generation == 2 for m in members)
 

@@ -8,6 +8,7 @@ what stops it; ``stranger`` has no grant on ``orders`` at all.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from pathlib import Path
@@ -304,3 +305,22 @@ async def test_a_jwt_signed_with_the_configured_key(tmp_path):
             channel, stub = _stub_with(leader, bad, tmp_path)
             async with channel:
                 await _denied(stub.DescribeGroup, pb.DescribeGroupRequest(group_id="orders"), grpc.StatusCode.UNAUTHENTICATED)
+
+
+async def test_metrics_over_https_on_the_chosen_host(tmp_path, pki):
+    import socket
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with secure_server(tmp_path, pki, metrics_port=port, metrics_tls=True, metrics_host="127.0.0.1") as (server, _c, _s):
+        assert server.gate is not None and server.gate.enabled
+        context = ssl.create_default_context(cafile=str(pki["ca"].cert))
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"https://localhost:{port}/metrics", context=context,
+                                                                      timeout=10).read().decode())
+        assert "remote_leader_requests_refused_total" in body or "remote_leader_rebalances" in body
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read())

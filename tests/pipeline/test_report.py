@@ -1,0 +1,38 @@
+"""The report's drawing rules, without Spark: identical curves share one labelled line, axes
+in people's words, degenerate data says so instead of drawing one point, buckets follow the
+log's span, and the heat-map's numbers stay readable on their colour."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.analytics import bucket_for_span
+from pipeline.report import _event_lines, _same_curves, _timeline, axis_label
+
+
+def test_configs_with_the_same_curve_share_one_line_naming_them_all():
+    series = {"a": [(1, 0.5), (2, 1.0)], "b": [(2, 1.0), (1, 0.5)], "c": [(1, 0.2), (2, 1.0)]}
+    assert _same_curves(series, ["a", "b", "c"]) == [("a = b", [(1, 0.5), (2, 1.0)]), ("c", [(1, 0.2), (2, 1.0)])]
+
+
+@pytest.mark.parametrize(("name", "label"), [("c_max_warmup_replicas", "max warm-up replicas"), ("g_lag", "standby lag at the start"),
+                                             ("acceptable_recovery_lag", "acceptable recovery lag (offsets)"),
+                                             ("c_something_new", "something new")])
+def test_axes_speak_the_reader_s_words(name, label):
+    assert axis_label(name) == label
+
+
+def test_a_single_point_is_no_data_not_a_plot():
+    rows = [{"event": "scale_out:2", "config": "a", "bucket": 0.0, "tasks_down": 3.0}]
+    html = _event_lines(rows, ["scale_out:2"], {}, "bucket", "tasks_down", xlabel="x", ylabel="y", settled_share=False)
+    assert "no data" in html and "<img" not in html
+    timeline = [{"group_id": "g", "bucket_ms": 0, "rebalances": 4}]
+    assert "no data" in _timeline(timeline, "rebalances", "rebalances")
+    timeline.append({"group_id": "g", "bucket_ms": 60_000, "rebalances": 1})
+    assert "<img" in _timeline(timeline, "rebalances", "rebalances")
+
+
+@pytest.mark.parametrize(("span_s", "bucket_s"), [(0, 1), (50, 1), (300, 5), (3_600, 60), (6 * 3_600, 600),
+                                                  (7 * 86_400, 10_800), (10 ** 9, 604_800)])
+def test_timeline_buckets_follow_the_log_s_span(span_s, bucket_s):
+    assert bucket_for_span(span_s) == bucket_s
