@@ -35,6 +35,11 @@ class LagKind(enum.Enum):
     NO_STATE = "no_state"
 
 
+# The kinds as module globals: an enum member read through its class costs a descriptor call,
+# and ranks are computed once per reported lag of every assignment.
+_RUNNING, _OFFSETS, _UNKNOWN, _NO_STATE = LagKind.RUNNING, LagKind.OFFSETS, LagKind.UNKNOWN, LagKind.NO_STATE
+
+
 @dataclass(frozen=True, slots=True)
 class Lag:
     """One task's lag on one client: ``kind``, and ``offsets`` behind when that is the kind."""
@@ -47,7 +52,7 @@ class Lag:
         """``offsets`` behind the changelog end (>= 0)."""
         if isinstance(offsets, bool) or not isinstance(offsets, int) or offsets < 0:
             raise ValueError(f"a lag in offsets must be an integer >= 0, got {offsets!r}")
-        return Lag(LagKind.OFFSETS, offsets)
+        return Lag(_OFFSETS, offsets)
 
     @staticmethod
     def coerce(value: Lag | int) -> Lag:
@@ -65,11 +70,11 @@ class Lag:
         return Lag.behind(value)
 
     def to_wire(self) -> int:
-        if self.kind is LagKind.RUNNING:
+        if self.kind is _RUNNING:
             return _WIRE_RUNNING
-        if self.kind is LagKind.UNKNOWN:
+        if self.kind is _UNKNOWN:
             return _WIRE_UNKNOWN
-        if self.kind is LagKind.NO_STATE:
+        if self.kind is _NO_STATE:
             raise ValueError("no state is not reported: the task is left out")
         return self.offsets
 
@@ -84,12 +89,12 @@ class Lag:
             raise ValueError(f"expected a non-negative integer, 'latest' or 'unknown', got {value!r}")
         if value < 0:
             raise ValueError(f"lag must be >= 0, got {value}")
-        return Lag(LagKind.OFFSETS, value)
+        return Lag(_OFFSETS, value)
 
     def to_json(self) -> int | str:
-        if self.kind is LagKind.OFFSETS:
+        if self.kind is _OFFSETS:
             return self.offsets
-        if self.kind is LagKind.NO_STATE:
+        if self.kind is _NO_STATE:
             raise ValueError("no state is not reported: the task is left out")
         return self.kind.value
 
@@ -97,20 +102,20 @@ class Lag:
 
     @property
     def running(self) -> bool:
-        return self.kind is LagKind.RUNNING
+        return self.kind is _RUNNING
 
     @property
     def known_offsets(self) -> int | None:
         """Offsets left to restore: 0 when running, None when unknown or without state."""
-        if self.kind is LagKind.OFFSETS:
+        if self.kind is _OFFSETS:
             return self.offsets
-        return 0 if self.kind is LagKind.RUNNING else None
+        return 0 if self.kind is _RUNNING else None
 
     def within(self, acceptable_recovery_lag: int) -> bool:
         """Running, or a known lag within ``acceptable_recovery_lag`` offsets of the end: what
         a warming replica reports once it may take over (the early probe's test)."""
         kind = self.kind
-        return kind is LagKind.RUNNING or (kind is LagKind.OFFSETS and self.offsets <= acceptable_recovery_lag)
+        return kind is _RUNNING or (kind is _OFFSETS and self.offsets <= acceptable_recovery_lag)
 
     def rank(self, changelog_offsets: int | None, acceptable_recovery_lag: int) -> int:
         """KIP-441 "Computing the most-caught-up instances": 0 when caught up, else the
@@ -127,15 +132,15 @@ class Lag:
         Scaled by 4 so that the tiers interleave exactly (``ranking.Tier``): lag L -> 4L,
         unknown -> 4C+1, no state -> 4C+2 (C the changelog size)."""
         kind = self.kind
-        if kind is LagKind.OFFSETS:
+        if kind is _OFFSETS:
             return 0 if self.offsets <= acceptable_recovery_lag else 4 * self.offsets
-        if kind is LagKind.RUNNING or whole_changelog_acceptable(changelog_offsets, acceptable_recovery_lag):
+        if kind is _RUNNING or whole_changelog_acceptable(changelog_offsets, acceptable_recovery_lag):
             return 0
         size = UNBOUNDED_OFFSETS if changelog_offsets is None else changelog_offsets
-        return 4 * size + (1 if kind is LagKind.UNKNOWN else 2)
+        return 4 * size + (1 if kind is _UNKNOWN else 2)
 
     def __str__(self) -> str:
-        return str(self.offsets) if self.kind is LagKind.OFFSETS else self.kind.value
+        return str(self.offsets) if self.kind is _OFFSETS else self.kind.value
 
 
 def whole_changelog_acceptable(changelog_offsets: int | None, acceptable_recovery_lag: int) -> bool:
@@ -146,6 +151,6 @@ def whole_changelog_acceptable(changelog_offsets: int | None, acceptable_recover
     return changelog_offsets <= acceptable_recovery_lag
 
 
-RUNNING: Final = Lag(LagKind.RUNNING)
-UNKNOWN: Final = Lag(LagKind.UNKNOWN)
-NO_STATE: Final = Lag(LagKind.NO_STATE)
+RUNNING: Final = Lag(_RUNNING)
+UNKNOWN: Final = Lag(_UNKNOWN)
+NO_STATE: Final = Lag(_NO_STATE)

@@ -180,6 +180,7 @@ class _SubtopologyHubs:
         self.hub = {key: graph.node() for key in sorted(counts)}
         self._node: dict = {key: {} for key in self.hub}
         self._entries: dict = {}
+        self._by_size = own_arcs is None
         if own_arcs is None:  # by size: a small layer is cheap, a large one funnelled
             own_arcs = frozenset() if len(self.hub) * len(clients) >= FUNNEL_PAIRS else frozenset(clients)
         self.own_arcs = own_arcs
@@ -199,6 +200,16 @@ class _SubtopologyHubs:
     def close(self) -> None:
         graph = self._graph
         everyone = np.arange(len(self._clients))
+        if self._by_size and not self.own_arcs:
+            # A few clients with no direct arc at all (new members of a settled group) are where
+            # the hubs' units go: funnelled, their demand concentrates on few clients and the
+            # split fails, so they keep arcs of their own from the first round. Not when they are
+            # most of the group (a fresh one), whose funnel splits evenly.
+            reached = set().union(*self._node.values())
+            idle = [client for client in self._clients if client not in reached]
+            if 2 * len(idle) < len(self._clients):
+                self.own_arcs = frozenset(idle)
+                self._funnelled[[self._position[client] for client in idle]] = False
         funnels: dict[int, list] = defaultdict(list)  # keys by downstream (head arrays are equal or disjoint)
         for key, hub in self.hub.items():
             heads, caps, nodes = self._downstream(key), self._caps[key], self._node[key]

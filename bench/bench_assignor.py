@@ -3,6 +3,11 @@
     .venv/bin/python bench/bench_assignor.py            # everything (a few minutes)
     .venv/bin/python bench/bench_assignor.py --quick    # smaller rows only
     .venv/bin/python bench/bench_assignor.py --floor-sweep   # one instance joining 540 group shapes
+    .venv/bin/python bench/bench_assignor.py --baseline REV --repeat 3   # timing rows beside REV's
+
+With ``--baseline REV`` each timing row also runs on the assignor of git revision ``REV``
+(``bench.baseline``), interleaved with this checkout's, best of ``--repeat`` each, and prints
+the ratio: the machine is noisy, so a change is judged against a baseline of the same run.
 
 Each timing row is measured in a fresh subprocess (end to end: imports excluded, building
 the domain objects excluded, one ``assign`` call included), so the peak-RSS growth is the
@@ -17,13 +22,12 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # after a baseline's assignor on PYTHONPATH (bench.baseline)
 
 TIMING_ROWS = [(10, 100, 1), (100, 2000, 1), (500, 10000, 1), (1000, 20000, 1), (1000, 20000, 2)]
 JOIN_ROWS = [(9, 100), (19, 200), (49, 1000)]
@@ -58,17 +62,25 @@ def time_one(clients: int, tasks: int, standbys: int) -> dict:
     }
 
 
-def timing_table(rows) -> None:
-    print("| clients | tasks | standbys | assign s | peak RSS growth MB | warm-ups | probing |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    for clients, tasks, standbys in rows:
-        output = subprocess.run(
-            [sys.executable, __file__, "--time-one", f"{clients},{tasks},{standbys}"],
-            check=True, capture_output=True, text=True, cwd=ROOT,
-        ).stdout
-        row = json.loads(output.strip().splitlines()[-1])
-        print(f"| {clients} | {tasks} | {standbys} | {row['seconds']:.2f} | {row['rss_growth_mb']:.0f} | "
-              f"{row['warmups']} | {row['probing']} |", flush=True)
+def timing_table(rows, baseline: str | None = None, repeat: int = 1) -> None:
+    from bench.baseline import THIS, assignor_roots, run_row
+
+    extra = f" {baseline} assign s | ratio |" if baseline else ""
+    print(f"| clients | tasks | standbys | assign s |{extra} peak RSS growth MB | warm-ups | probing |")
+    print("| ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if baseline else "") + " ---: | ---: | --- |")
+    with assignor_roots(baseline) as roots:
+        for clients, tasks, standbys in rows:
+            best: dict[str, dict] = {}
+            for _ in range(repeat):
+                for name, root in roots.items():
+                    row = run_row(__file__, [clients, tasks, standbys], root, flag="--time-one")
+                    if name not in best or row["seconds"] < best[name]["seconds"]:
+                        best[name] = row
+            row = best[THIS]
+            cells = f"| {clients} | {tasks} | {standbys} | {row['seconds']:.2f} |"
+            if baseline:
+                cells += f" {best[baseline]['seconds']:.2f} | {row['seconds'] / best[baseline]['seconds']:.2f} |"
+            print(f"{cells} {row['rss_growth_mb']:.0f} | {row['warmups']} | {row['probing']} |", flush=True)
 
 
 def join_settled_group(old_clients: int, task_count: int, standbys: int = 1, max_warmups: int = 2) -> dict:
@@ -161,17 +173,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--floor-sweep", action="store_true", help="only the join-shape sweep (a few minutes)")
-    parser.add_argument("--time-one")
+    parser.add_argument("--baseline", metavar="REV", help="also time each row on the assignor of this git revision")
+    parser.add_argument("--repeat", type=int, default=1, help="best of N timings per row (and per baseline row)")
+    parser.add_argument("--timing-only", action="store_true", help="only the assign-time rows")
+    parser.add_argument("--time-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.time_one:
-        clients, tasks, standbys = map(int, args.time_one.split(","))
+        clients, tasks, standbys = json.loads(args.time_one)
         print(json.dumps(time_one(clients, tasks, standbys)))
         return
     print(f"# assignor benchmark ({os.cpu_count()} cores, Python {sys.version.split()[0]})\n")
     if args.floor_sweep:
         floor_sweep()
         return
-    timing_table(TIMING_ROWS[:3] if args.quick else TIMING_ROWS)
+    timing_table(TIMING_ROWS[:3] if args.quick else TIMING_ROWS, args.baseline, args.repeat)
+    if args.timing_only:
+        return
     print()
     join_table()
     print()

@@ -11,10 +11,13 @@ new), ``scale-in`` (10% left) or ``fresh`` (nobody ran anything). With racks, cl
 racks in turn and every task reads one partition with replicas in two of them. The issue's shape
 is 200 subtopologies of 100 partitions, scale-out, 1 standby.
 
-Columns: ``assign s`` is the median of ``--repeat`` calls of ``assign`` in one fresh process
-(imports and building the domain objects excluded), range in brackets; ``RSS MB`` that
-process's peak; ``REV s`` / ``ratio``: the same row on the assignor of git revision REV, run
-just before in the same invocation, and this code's median over it. ``cli`` rows time
+Columns: ``s`` is the median of ``--repeat`` calls of ``assign``, each in a fresh process
+(imports, building the domain objects and a warm-up call excluded), range in brackets; ``RSS
+MB`` the largest peak of those processes; ``REV s`` / ``ratio``: the same row on the assignor of
+git revision REV, its calls alternating with this code's in the same invocation (the machine's
+speed drifts); ``CPU s`` the CPU time of the same calls (for ``cli`` rows, of the whole
+process), which the 2 shared cores' load disturbs far less than wall time, and ``CPU ratio``
+this code's median CPU time over the baseline's. ``cli`` rows time
 ``python -m assignor FILE`` end to end (process start, imports, JSON parsing, assignment,
 output) on the scenario written as JSON.
 """
@@ -79,13 +82,14 @@ def time_assign(row: list, repeat: int) -> dict:
     specs, members = _group(scenario, subtopologies, clients, tasks, standbys, racks)
     config = _config(standbys, strategy)
     assign(specs[:20], members[:3], config)  # warm the imports and the solver
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         result = assign(specs, members, config)
         times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
     return {
-        "seconds": statistics.median(times), "range": [min(times), max(times)],
+        "seconds": statistics.median(times), "range": [min(times), max(times)], "cpu": statistics.median(cpu),
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "warmups": sum(len(a.warmup) for a in result.clients.values()),
         "probing": result.probing_rebalance_needed,
@@ -105,13 +109,16 @@ def write_scenario(row: list, path: str) -> None:
 
 
 def time_cli(path: str, assignor_root: str, repeat: int) -> dict:
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, "-m", "assignor", path], check=True, stdout=subprocess.DEVNULL,
                        env=environment(assignor_root), cwd=tempfile.gettempdir())
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         times.append(time.perf_counter() - started)
-    return {"seconds": statistics.median(times), "range": [min(times), max(times)], "rss_mb": None,
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return {"seconds": statistics.median(times), "range": [min(times), max(times)], "cpu": statistics.median(cpu),
+            "rss_mb": None,
             "warmups": None, "probing": None, "cross_rack": None}
 
 
@@ -119,6 +126,22 @@ def measure(row: list, root: str, repeat: int, scenario_file: str) -> dict:
     if row[0] == "cli":
         return time_cli(scenario_file, root, repeat)
     return run_row(__file__, [row, repeat], root)
+
+
+def interleaved(row: list, roots: dict[str, str], repeat: int, scenario_file: str) -> dict[str, dict]:
+    """``repeat`` single calls per assignor, alternating (baseline, this, baseline, ...), each in a
+    fresh process: the machine's speed drifts over minutes, so that both see the same drift."""
+    runs: dict[str, list[dict]] = {name: [] for name in roots}
+    for _ in range(repeat):
+        for name, root in roots.items():
+            runs[name].append(measure(row, root, 1, scenario_file))
+    results = {}
+    for name, measured in runs.items():
+        seconds = [m["seconds"] for m in measured]
+        results[name] = {**measured[-1], "seconds": statistics.median(seconds), "range": [min(seconds), max(seconds)],
+                         "cpu": statistics.median(m["cpu"] for m in measured),
+                         "rss_mb": None if measured[0]["rss_mb"] is None else max(m["rss_mb"] for m in measured)}
+    return results
 
 
 def main() -> int:
@@ -134,10 +157,10 @@ def main() -> int:
         print(json.dumps(time_assign(row, repeat)))
         return 0
     rows = LARGE_ROWS if args.large else FULL_ROWS if args.full else DEFAULT_ROWS
-    header = ["kind", "scenario", "subtopologies", "clients x tasks (standbys, racks)", "strategy", "s", "RSS MB",
-              "warm-ups", "probing", "cross-rack"]
+    header = ["kind", "scenario", "subtopologies", "clients x tasks (standbys, racks)", "strategy", "s", "CPU s",
+              "RSS MB", "warm-ups", "probing", "cross-rack"]
     if args.baseline:
-        header[6:6] = [f"{args.baseline} s", "ratio"]
+        header[7:7] = [f"{args.baseline} s", f"{args.baseline} CPU s", "CPU ratio"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     with assignor_roots(args.baseline) as roots, tempfile.TemporaryDirectory() as scratch:
@@ -146,17 +169,17 @@ def main() -> int:
             scenario_file = str(Path(scratch) / "scenario.json")
             if kind == "cli":
                 write_scenario(list(row), scenario_file)
-            results = {name: measure(list(row), root, args.repeat, scenario_file) for name, root in roots.items()}
+            results = interleaved(list(row), roots, args.repeat, scenario_file)
             mine = results[THIS]
             cells = [kind, scenario, str(subtopologies), f"{clients:,} x {tasks:,} ({standbys}, {racks})", strategy,
-                     f"{mine['seconds']:.2f} ({mine['range'][0]:.2f}–{mine['range'][1]:.2f})",
+                     f"{mine['seconds']:.2f} ({mine['range'][0]:.2f}–{mine['range'][1]:.2f})", f"{mine['cpu']:.2f}",
                      "" if mine["rss_mb"] is None else f"{mine['rss_mb']:.0f}",
                      "" if mine["warmups"] is None else str(mine["warmups"]),
                      "" if mine["probing"] is None else str(mine["probing"]),
                      "" if mine["cross_rack"] is None else f"{mine['cross_rack']:,}"]
             if args.baseline:
                 base = results[args.baseline]
-                cells[6:6] = [f"{base['seconds']:.2f}", f"{mine['seconds'] / base['seconds']:.2f}"]
+                cells[7:7] = [f"{base['seconds']:.2f}", f"{base['cpu']:.2f}", f"{mine['cpu'] / base['cpu']:.2f}"]
             print(" | ".join(cells), flush=True)
     return 0
 

@@ -8,7 +8,9 @@ start and stop; tests inject a ``FakeClock`` (which is its own timer set).
 
 from __future__ import annotations
 
+import errno
 import gc
+import socket
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -154,6 +156,27 @@ class ListenError(OSError):
     """A port the server cannot listen on; the message names the address and its flag."""
 
 
+def _check_free(listen: str) -> None:
+    """Try the address the way grpc binds it (SO_REUSEADDR) before grpc does: a port another
+    program holds is then one line of ours, not grpc's C-level error log and then ours."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or None
+    if not port.isdigit() or int(port) == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # grpc says what is wrong with the name
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    raise ListenError(f"cannot listen on {listen} (--listen): the address is in use") from None
+
+
 class LeaderServer:
     """One remote-leader server: ``await start()``, ``port``, ``await stop()``."""
 
@@ -195,6 +218,7 @@ class LeaderServer:
 
     def _bind(self, server: grpc.aio.Server) -> None:
         s = self.settings
+        _check_free(s.listen)
         credentials = s.server_credentials()
         try:
             if credentials is not None:

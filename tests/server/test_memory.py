@@ -57,7 +57,10 @@ async def _formed_group(leader, size: int = 20):
 async def _everyone_rejoins(leader, workers) -> None:
     """A rebalance of the whole group; nobody reports a lag (``task_lags`` stays empty)."""
     first = asyncio.create_task(workers[0].join())
-    await settle()
+    for _ in range(1000):  # until the rejoin reached the server (it may take a while under load)
+        await settle(1)
+        if (await workers[1].heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS:
+            break
     for w in workers[1:]:
         assert (await w.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
     others = [asyncio.create_task(w.join()) for w in workers[1:]]

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 
+import grpc
 import psycopg
 import pytest
 
@@ -215,3 +216,33 @@ async def test_an_expired_group_hands_its_lease_back_and_a_later_group_of_that_i
         again = Worker(running.stub, group_id="short-lived")
         await rebalance(running.clock, [again], advance_ms=3_000)
         assert running.server.ownership.leases["short-lived"] == 2
+
+
+async def test_the_sidecar_follows_not_coordinator_to_the_groups_owner(tmp_path, postgres_dsn):
+    from remote_leader.sidecar.v1 import sidecar_pb2 as spb
+    from remote_leader.sidecar.v1 import sidecar_pb2_grpc as spb_grpc
+    from tests.client.test_sidecar_e2e import start_sidecar
+
+    async with replica(tmp_path, postgres_dsn, "r1", initial_rebalance_delay_ms=0) as first, \
+            replica(tmp_path, postgres_dsn, "r2", initial_rebalance_delay_ms=0) as second:
+        found = await first.stub.FindCoordinator(pb.FindCoordinatorRequest(group_id="g"))
+        owner, other = (first, second) if found.coordinator.replica_id == "r1" else (second, first)
+        # The sidecar is told only of the replica that will not own its group.
+        process, address = await start_sidecar(tmp_path, f"127.0.0.1:{other.server.port}")
+        try:
+            async with grpc.aio.insecure_channel(address) as channel:
+                sidecar = spb_grpc.SidecarServiceStub(channel)
+                for _ in range(200):
+                    got = await sidecar.GetAssignment(spb.GetAssignmentRequest())
+                    if got.state == spb.MEMBER_STATE_STABLE:
+                        break
+                    await asyncio.sleep(0.05)
+                assert got.state == spb.MEMBER_STATE_STABLE and len(got.assignment.active) == 4
+                routed = await sidecar.RouteQuery(spb.RouteQueryRequest(store="counts", partition=1))
+                assert [f"{h.host.host}:{h.host.port}" for h in routed.hosts] == ["127.0.0.1:7070"]
+            described = await owner.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="g"))
+            assert len(described.group.members) == 1 and described.group.owner.replica_id == found.coordinator.replica_id
+            assert "g" not in other.server.coordinator.groups
+        finally:
+            process.kill()
+            await process.wait()
