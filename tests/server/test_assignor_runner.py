@@ -48,3 +48,23 @@ def test_small_problems_and_injected_assignors_stay_in_a_thread():
         assert runner._pool is None
         runner.close()
     assert calls == [problem]
+
+
+def test_a_problem_of_many_pieces_crosses_to_the_worker_and_back_unchanged():
+    """Problems and results travel in pickled pieces (the GIL is released between them): a
+    problem of several pieces solves as it does in this process."""
+    tasks = tuple(TaskSpec(TaskId(s, p), stateful=s % 2 == 0, changelog_offsets=10_000 if s % 2 == 0 else None)
+                  for s in range(9) for p in range(500))
+    clients = tuple(
+        ClientState(f"c{i:02d}", prev_active=frozenset(t.id for t in tasks[i::30] if not t.stateful),
+                    lags=MappingProxyType({t.id: 50 * i for t in tasks[i::15] if t.stateful}))
+        for i in range(30)
+    )
+    problem = AssignmentProblem(tasks, clients, AssignmentConfig(num_standby_replicas=1))
+    runner = AssignorRunner(processes=1, min_process_tasks=1)
+    try:
+        result = asyncio.run(runner(problem))
+        assert runner._pool is not None
+    finally:
+        runner.close()
+    assert result == assignor.solve(problem)
