@@ -15,6 +15,7 @@ import base64
 import dataclasses
 import functools
 import re
+import threading
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -35,6 +36,7 @@ from server.auth import check_join as check_join_owner
 from server.failures import contain, decoder
 from server.limits import (
     OFF_LOOP_BYTES,
+    OFF_LOOP_TASKS,
     Limits,
     check_assign,
     check_group_capacity,
@@ -399,20 +401,35 @@ class _HostMapCache:
     def __init__(self, size: int = 64) -> None:
         self._entries: dict[tuple[int, int], tuple[ClusterMetadata, bytes]] = {}
         self._size = size
+        # A large group's answers are encoded in worker threads, many at once: one of them
+        # encodes a generation's maps while the others wait for it (a lock per key), and the
+        # table itself changes only under a short lock.
+        self._table_lock = threading.Lock()
+        self._key_locks: dict[tuple[int, int], threading.Lock] = {}
 
     def get(self, cluster: ClusterMetadata, version: int) -> bytes:
         key = (id(cluster), version)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] is cluster:
-            return entry[1]
-        template = pb.Assignment(partitions_by_host=_host_partitions(cluster, standby=False))
-        if version >= STANDBY_HOSTS_VERSION:
-            template.standby_partitions_by_host.extend(_host_partitions(cluster, standby=True))
-        encoded = pb.SyncGroupResponse(assignment=template).SerializeToString()
-        if len(self._entries) >= self._size:
-            self._entries.pop(next(iter(self._entries)))
-        self._entries[key] = (cluster, encoded)
-        return encoded
+        with self._table_lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is cluster:
+                return entry[1]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._table_lock:
+                entry = self._entries.get(key)
+            if entry is not None and entry[0] is cluster:
+                return entry[1]
+            template = pb.Assignment(partitions_by_host=_host_partitions(cluster, standby=False))
+            if version >= STANDBY_HOSTS_VERSION:
+                template.standby_partitions_by_host.extend(_host_partitions(cluster, standby=True))
+            encoded = pb.SyncGroupResponse(assignment=template).SerializeToString()
+            with self._table_lock:
+                if len(self._entries) >= self._size:
+                    oldest = next(iter(self._entries))
+                    del self._entries[oldest]
+                    self._key_locks.pop(oldest, None)
+                self._entries[key] = (cluster, encoded)
+            return encoded
 
 
 def assignment_to_proto(assignment: MemberAssignment) -> pb.Assignment:
@@ -671,8 +688,15 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         msg = pb.SyncGroupResponse(error_code=int(response.error), error_message=response.message)
         if response.assignment is None:
             return msg
-        msg.assignment.CopyFrom(assignment_to_proto(response.assignment))
-        return msg.SerializeToString() + self._host_maps.get(response.assignment.cluster, response.assignment.version)
+        assignment = response.assignment
+
+        def encode() -> bytes:
+            msg.assignment.CopyFrom(assignment_to_proto(assignment))
+            return msg.SerializeToString() + self._host_maps.get(assignment.cluster, assignment.version)
+
+        if sum(sub.partition_count for sub in assignment.cluster.topology.subtopologies) <= OFF_LOOP_TASKS:
+            return encode()
+        return await asyncio.to_thread(encode)
 
     @_redirects(pb.HeartbeatResponse)
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
