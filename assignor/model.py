@@ -78,6 +78,20 @@ class HostInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class StateStore:
+    """A state store of one subtopology, as the worker declares it and the leader keeps it.
+
+    ``logged`` stores have a changelog topic to restore from (KIP-441 revision, "State with
+    logging disabled": an unlogged store has nothing to restore). ``changelog_topic`` is the
+    worker's override of Kafka Streams' naming; it stays on the worker (the wire does not carry it).
+    """
+
+    name: str
+    logged: bool = True
+    changelog_topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TopicPartition:
     """An input partition of a task and the racks holding a replica of it (KIP-925)."""
 

@@ -40,13 +40,13 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from assignor.lag import Lag
-from assignor.model import LATEST, UNKNOWN, AssignmentConfig, InvalidInput, TaskId
+from assignor.model import LATEST, UNKNOWN, AssignmentConfig, InvalidInput, StateStore, TaskId
 from assignor.probing import Trigger
 from client import codec
 from client.assignment import AssignmentChange, HostInfo
 from client.lags import LagInfo
 from client.member import GroupMember, MemberConfig, open_channel
-from client.topology import StoreSpec, Subtopology, Topology
+from client.topology import Subtopology, Topology
 from remote_leader.tls import PLAINTEXT, ClientTls
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
@@ -435,7 +435,7 @@ def active_counts(group: pb.GroupDescription) -> dict[str, int]:
 
 
 def _topology(partitions: int) -> Topology:
-    return Topology("demo", (Subtopology(0, ("orders",), partitions, (StoreSpec("counts"),)),))
+    return Topology("demo", (Subtopology(0, ("orders",), partitions, (StateStore("counts"),)),))
 
 
 async def _ticker(scenes: list[Scene]) -> None:

@@ -25,13 +25,13 @@ import structlog
 import yaml
 
 from assignor.lag import Lag
-from assignor.model import AssignmentConfig, InvalidInput, TaskId
+from assignor.model import AssignmentConfig, InvalidInput, StateStore, TaskId
 from client import codec
 from client.assignment import AssignmentChange, MemberAssignment
 from client.lags import CheckpointLagSource, LagInfo, StaticLagSource
 from client.member import GroupMember, MemberConfig, MemberError, RoutingError
 from client.state import StateCleaner, StateDirectory
-from client.topology import StoreSpec, Subtopology, Topology
+from client.topology import Subtopology, Topology
 from remote_leader.sidecar.v1 import sidecar_pb2 as spb
 from remote_leader.sidecar.v1 import sidecar_pb2_grpc as spb_grpc
 from remote_leader.tls import ClientTls
@@ -286,7 +286,7 @@ def parse_member_document(document: Any) -> tuple[Topology, AssignmentConfig]:
                 store = {"name": store}
             if not isinstance(store, Mapping) or not set(store) <= {"name", "logged", "changelog_topic"}:
                 raise InvalidInput(f"{where}.stores[{s_index}]", "expected {name, logged?, changelog_topic?}")
-            stores.append(StoreSpec(store.get("name"), bool(store.get("logged", True)), store.get("changelog_topic")))
+            stores.append(StateStore(store.get("name"), bool(store.get("logged", True)), store.get("changelog_topic")))
         topics = raw.get("source_topics")
         if not isinstance(topics, list):
             raise InvalidInput(f"{where}.source_topics", "expected a list of topic names")

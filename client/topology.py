@@ -11,19 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from assignor.model import InvalidInput, TaskId
-
-
-@dataclass(frozen=True, slots=True)
-class StoreSpec:
-    """A state store of one subtopology. ``logged`` stores have a changelog topic to restore from.
-
-    ``changelog_topic`` defaults to Kafka Streams' naming, ``<application id>-<store>-changelog``.
-    """
-
-    name: str
-    logged: bool = True
-    changelog_topic: str | None = None
+from assignor.model import InvalidInput, StateStore, TaskId
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +21,7 @@ class Subtopology:
     id: int
     source_topics: tuple[str, ...]
     partitions: int
-    stores: tuple[StoreSpec, ...] = ()
+    stores: tuple[StateStore, ...] = ()
 
     @property
     def stateful(self) -> bool:
@@ -84,7 +72,7 @@ class Topology:
     def subtopology(self, subtopology_id: int) -> Subtopology | None:
         return next((s for s in self.subtopologies if s.id == subtopology_id), None)
 
-    def store(self, name: str, field_name: str = "store") -> tuple[Subtopology, StoreSpec]:
+    def store(self, name: str, field_name: str = "store") -> tuple[Subtopology, StateStore]:
         """The subtopology that owns ``name``, and the store; InvalidInput if no such store."""
         for sub in self.subtopologies:
             for store in sub.stores:
@@ -93,8 +81,9 @@ class Topology:
         known = ", ".join(sorted(s.name for sub in self.subtopologies for s in sub.stores)) or "none"
         raise InvalidInput(field_name, f"unknown store {name!r}; the topology has: {known}")
 
-    def changelog_topic(self, store: StoreSpec) -> str | None:
-        """The changelog of a logged store (Kafka Streams naming unless given), None if unlogged."""
+    def changelog_topic(self, store: StateStore) -> str | None:
+        """The changelog of a logged store: ``store.changelog_topic`` if given, else Kafka Streams'
+        naming ``<application id>-<store>-changelog``; None if unlogged."""
         if not store.logged:
             return None
         return store.changelog_topic or f"{self.application_id}-{store.name}-changelog"

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Final
 
 from assignor.lag import RUNNING, UNKNOWN, Lag
-from assignor.model import AssignmentConfig, HostInfo, TaskId, TaskSpec, TopicPartition
+from assignor.model import AssignmentConfig, HostInfo, StateStore, TaskId, TaskSpec, TopicPartition
 from assignor.probing import Trigger as Trigger
 
 #: The newest metadata version this server speaks (group_leader.proto, version history).
@@ -48,12 +48,6 @@ class AssignorError(enum.IntEnum):
     VERSION_PROBING = 2
     ASSIGNMENT_ERROR = 3
     SHUTDOWN_REQUESTED = 4
-
-
-@dataclass(frozen=True, slots=True)
-class StateStore:
-    name: str
-    logged: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from assignor.lag import Lag
-from assignor.model import LATEST, UNKNOWN, InvalidInput, TaskId
+from assignor.model import LATEST, UNKNOWN, InvalidInput, StateStore, TaskId
 from client.lags import CheckpointLagSource, LagInfo
 from client.state import StateDirectory, parse_checkpoint, render_checkpoint
-from client.topology import StoreSpec, Subtopology, Topology
+from client.topology import Subtopology, Topology
 
 TOPOLOGY = Topology("app", (
-    Subtopology(0, ("orders",), 3, (StoreSpec("counts"), StoreSpec("totals", changelog_topic="totals-log"))),
-    Subtopology(1, ("clicks",), 2, (StoreSpec("cache", logged=False),)),
-    Subtopology(2, ("mixed",), 1, (StoreSpec("logged"), StoreSpec("scratch", logged=False))),
+    Subtopology(0, ("orders",), 3, (StateStore("counts"), StateStore("totals", changelog_topic="totals-log"))),
+    Subtopology(1, ("clicks",), 2, (StateStore("cache", logged=False),)),
+    Subtopology(2, ("mixed",), 1, (StateStore("logged"), StateStore("scratch", logged=False))),
     Subtopology(3, ("raw",), 2),  # stateless
 ))
 END_OFFSETS = {
@@ -114,7 +114,7 @@ def test_corrupt_checkpoint_names_the_file(text):
     pytest.param((Subtopology(0, ("t",), 1), Subtopology(0, ("u",), 1)), "topology.subtopologies[1].id",
                  id="duplicate-subtopology"),
     pytest.param((Subtopology(0, (), 1),), "topology.subtopologies[0].source_topics", id="no-source-topic"),
-    pytest.param((Subtopology(0, ("t",), 1, (StoreSpec("s"),)), Subtopology(1, ("u",), 1, (StoreSpec("s"),))),
+    pytest.param((Subtopology(0, ("t",), 1, (StateStore("s"),)), Subtopology(1, ("u",), 1, (StateStore("s"),))),
                  "topology.subtopologies[1].stores", id="store-in-two-subtopologies"),
 ])
 def test_topology_validation_names_the_field(subtopologies, field):

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from assignor.model import LATEST, Role, TaskId
+from assignor.model import LATEST, Role, StateStore, TaskId
 from client.assignment import HostInfo
 from client.lags import CheckpointLagSource, StaticLagSource
 from client.member import GroupMember, MemberError, RoutingError, route_query
 from client.state import StateCleaner, StateDirectory
-from client.topology import StoreSpec, Subtopology, Topology
+from client.topology import Subtopology, Topology
 from remote_leader.v1.group_leader_pb2_grpc import GroupLeaderStub
 from tests.client.conftest import SESSION_MS, close_all, member_config, start_leader, topology
 
@@ -232,7 +232,7 @@ async def test_static_member_that_will_come_back_keeps_its_place(leader):
 
 async def test_a_newcomer_with_another_topology_is_refused_with_a_clear_error(leader):
     members = await join(leader, "g", 1, partitions=2)
-    other = Topology("app", (Subtopology(0, ("orders",), 2, (StoreSpec("other-store"),)),))
+    other = Topology("app", (Subtopology(0, ("orders",), 2, (StateStore("other-store"),)),))
     stranger = GroupMember(leader.address, member_config("g", 3, topology=other), StaticLagSource())
     try:
         await converged(members)

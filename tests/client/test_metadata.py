@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from assignor.model import InvalidInput, TaskId
+from assignor.model import InvalidInput, StateStore, TaskId
 from client.assignment import HostInfo, MemberAssignment
 from client.lags import LagInfo
 from client.metadata import (
@@ -17,7 +17,7 @@ from client.metadata import (
     murmur2,
     to_positive,
 )
-from client.topology import StoreSpec, Subtopology, Topology
+from client.topology import Subtopology, Topology
 
 # Kafka's own vectors: clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2.
 KAFKA_MURMUR2_VECTORS = [
@@ -56,8 +56,8 @@ def test_default_partition_is_in_range(key, partitions):
 
 
 TOPOLOGY = Topology("app", (
-    Subtopology(0, ("orders",), 4, (StoreSpec("counts"),)),
-    Subtopology(1, ("clicks",), 2, (StoreSpec("sessions", logged=False),)),
+    Subtopology(0, ("orders",), 4, (StateStore("counts"),)),
+    Subtopology(1, ("clicks",), 2, (StateStore("sessions", logged=False),)),
 ))
 A, B, C = HostInfo("a", 1), HostInfo("b", 2), HostInfo("c", 3)
 ASSIGNMENT = MemberAssignment(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from assignor.lag import Lag
-from assignor.model import LATEST, UNKNOWN, InvalidInput, TaskId
+from assignor.model import LATEST, UNKNOWN, InvalidInput, StateStore, TaskId
 from client.lags import LagInfo
 from client.sidecar import SidecarLagSource, parse_member_document
 from client.state import StateDirectory
-from client.topology import StoreSpec, Subtopology, Topology
+from client.topology import Subtopology, Topology
 
-TOPOLOGY = Topology("app", (Subtopology(0, ("orders",), 2, (StoreSpec("counts"),)),))
+TOPOLOGY = Topology("app", (Subtopology(0, ("orders",), 2, (StateStore("counts"),)),))
 
 
 def test_with_a_state_dir_the_sidecar_computes_lags_from_checkpoints(tmp_path):

@@ -13,10 +13,10 @@ import uuid
 import aiohttp
 import pytest
 
-from assignor.model import AssignmentConfig
+from assignor.model import AssignmentConfig, StateStore
 from client.assignment import HostInfo
 from client.member import GroupMember, MemberConfig, open_channel
-from client.topology import StoreSpec, Subtopology, Topology
+from client.topology import Subtopology, Topology
 from remote_leader.pki import DevCa
 from remote_leader.tls import ClientTls
 from server.app import LeaderServer, Settings
@@ -25,7 +25,7 @@ from server.web.history import PageHistory, summarize
 
 FAST = {"listen": "127.0.0.1:0", "initial_rebalance_delay_ms": 100, "min_session_timeout_ms": 500,
         "min_probe_interval_ms": 200, "drain_timeout_s": 1.0, "log_level": "warning"}
-TOPOLOGY = Topology("orders", (Subtopology(0, ("orders",), 4, (StoreSpec("counts"),)),))
+TOPOLOGY = Topology("orders", (Subtopology(0, ("orders",), 4, (StateStore("counts"),)),))
 
 
 def free_port() -> int:

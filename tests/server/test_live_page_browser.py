@@ -11,16 +11,16 @@ import socket
 import time
 import uuid
 
-from assignor.model import AssignmentConfig
+from assignor.model import AssignmentConfig, StateStore
 from client.assignment import HostInfo
 from client.demo import Changelogs, SimulatedWorker
 from client.member import GroupMember, MemberConfig, open_channel
-from client.topology import StoreSpec, Subtopology, Topology
+from client.topology import Subtopology, Topology
 from server.app import LeaderServer, Settings
 from tests.browser import Browser
 
 GROUP = "orders-app"
-TOPOLOGY = Topology("orders", (Subtopology(0, ("orders",), 6, (StoreSpec("counts"),)),))
+TOPOLOGY = Topology("orders", (Subtopology(0, ("orders",), 6, (StateStore("counts"),)),))
 CONFIG = AssignmentConfig(num_standby_replicas=1, acceptable_recovery_lag=2_000, max_warmup_replicas=2)
 
 
