@@ -370,6 +370,19 @@ class Gate:
 # ---- ownership within a group ---------------------------------------------------------------------
 
 
+def _check_ids(group: Any, principal: Principal, member_id: str, instance: str | None) -> Any:
+    """The member id and the static instance id, if already held in the group, must be held by
+    ``principal``; returns the member ``member_id`` names (None when unknown or empty)."""
+    member = group.members.get(member_id) if member_id else None
+    if member is not None and member.principal != principal.name:
+        raise denied("member_id_owner", f"member id {member_id!r} belongs to another principal")
+    if instance and instance in group.instances:
+        holder = group.members.get(group.instances[instance])
+        if holder is not None and holder.principal != principal.name:
+            raise denied("instance_id_owner", f"group_instance_id {instance!r} belongs to another principal")
+    return member
+
+
 def check_join(group: Any, principal: Principal, member_id: str, instance: str | None, process_id: str,
                shutdown: bool, *, owners: bool = True) -> None:
     """Under the group's lock, before JoinGroup runs: the caller may use only its own member id,
@@ -379,13 +392,7 @@ def check_join(group: Any, principal: Principal, member_id: str, instance: str |
         if shutdown:
             raise denied("shutdown_not_member", "a shutdown request is honoured only from a member of the current generation")
         return
-    member = group.members.get(member_id) if member_id else None
-    if member is not None and member.principal != principal.name:
-        raise denied("member_id_owner", f"member id {member_id!r} belongs to another principal")
-    if instance and instance in group.instances:
-        holder = group.members.get(group.instances[instance])
-        if holder is not None and holder.principal != principal.name:
-            raise denied("instance_id_owner", f"group_instance_id {instance!r} belongs to another principal")
+    member = _check_ids(group, principal, member_id, instance)
     if owners and (member is None or member.process_id != process_id):
         for other in group.members.values():
             if other.process_id == process_id and other.principal != principal.name:
@@ -400,13 +407,7 @@ def check_member_call(group: Any, principal: Principal, member_id: str, instance
     admin, ``admin_may``). An unknown member id is left to the group (UNKNOWN_MEMBER_ID)."""
     if group is None or admin_may:
         return
-    member = group.members.get(member_id)
-    if member is not None and member.principal != principal.name:
-        raise denied("member_id_owner", f"member id {member_id!r} belongs to another principal")
-    if instance and instance in group.instances:
-        holder = group.members.get(group.instances[instance])
-        if holder is not None and holder.principal != principal.name:
-            raise denied("instance_id_owner", f"group_instance_id {instance!r} belongs to another principal")
+    _check_ids(group, principal, member_id, instance)
 
 
 def is_loopback(listen: str) -> bool:
