@@ -75,11 +75,6 @@ class ComputeAssignment:
     generation: int
     inputs: ProblemInputs
 
-    @property
-    def problem(self) -> AssignmentProblem:
-        """Built from the captured inputs on each access: costly for a large group."""
-        return self.inputs.build()
-
 
 @dataclass(frozen=True, slots=True)
 class AppendRebalanceLog:

@@ -122,7 +122,7 @@ class RebalanceLog:
         self.path = directory / "rebalances.jsonl"
         self._handler = logging.handlers.RotatingFileHandler(self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         self._handler.setFormatter(logging.Formatter("%(message)s"))
-        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[Callable[[], dict[str, Any]] | None] = asyncio.Queue()
         self._task: asyncio.Task | None = None
         #: Called with each record as it is appended (the live page's recent rebalances).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
@@ -130,24 +130,23 @@ class RebalanceLog:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._drain(), name="rebalance-log-writer")
 
-    def append(self, entry: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
-        """Queue a record, or a function that builds it (called off the event loop: a large
-        group's record is megabytes of JSON). Listeners see each record once it is written."""
-        self._queue.put_nowait(entry)
+    def append(self, build: Callable[[], dict[str, Any]]) -> None:
+        """Queue a record's builder, called off the event loop (a large group's record is
+        megabytes of JSON). Listeners see each record once it is written."""
+        self._queue.put_nowait(build)
 
-    def _write(self, entry: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        record = entry() if callable(entry) else entry
-        line = compact_json(record)
-        self._handler.emit(logging.makeLogRecord({"msg": line, "args": None}))
+    def _write(self, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        record = build()
+        self._handler.emit(logging.makeLogRecord({"msg": compact_json(record), "args": None}))
         return record
 
     async def _drain(self) -> None:
         while True:
-            entry = await self._queue.get()
-            if entry is None:
+            build = await self._queue.get()
+            if build is None:
                 return
             try:
-                record = await asyncio.to_thread(self._write, entry)
+                record = await asyncio.to_thread(self._write, build)
             except Exception as error:  # never lose the server over the log
                 log.error("rebalance_log.write.failed", error=repr(error))
                 continue

@@ -117,8 +117,9 @@ class _ServerRun:
         """Run the assignor the state machine asks for, then every member syncs."""
         (compute,) = [effect for effect in effects if isinstance(effect, ComputeAssignment)]
         trigger = str(self.group.pending_trigger)
-        result = solve(compute.problem)
-        self.group.assignment_computed(compute.generation, compute.problem, result, "", 0.0, self.now)
+        problem = compute.inputs.build()
+        result = solve(problem)
+        self.group.assignment_computed(compute.generation, problem, result, "", 0.0, self.now)
         simulation._apply(self.world, result)
         for client in sorted(self.member_ids):
             request = SyncGroupRequest("app", self.member_ids[client], None, self.group.generation)

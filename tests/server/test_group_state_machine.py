@@ -60,8 +60,9 @@ class GroupProtocol(RuleBasedStateMachine):
             elif isinstance(effect, Reply):
                 self.replies[effect.call_id] = effect.response
             elif isinstance(effect, ComputeAssignment):
-                result = assignor.solve(effect.problem)
-                self._apply(self.group.assignment_computed(effect.generation, effect.problem, result, "", 1.0, self.now).effects)
+                problem = effect.inputs.build()
+                result = assignor.solve(problem)
+                self._apply(self.group.assignment_computed(effect.generation, problem, result, "", 1.0, self.now).effects)
 
     def _join(self, member_id: str, process_id: str, instance: str | None, lags: dict[TaskId, int]) -> JoinGroupResponse | None:
         self.calls += 1
