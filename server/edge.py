@@ -635,12 +635,13 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             self.gate.refuse(method, principal, error)
             await context.abort(error.code, str(error))
 
-    async def _guard(self, context: grpc.aio.ServicerContext, convert, *args: Any) -> Any:
-        """The one place where contract faults become gRPC status codes."""
+    async def _guard(self, context: grpc.aio.ServicerContext, convert, *args: Any, off_loop: bool = False) -> Any:
+        """The one place where contract faults become gRPC status codes; ``off_loop`` converts
+        in a worker thread (a large request is seconds of Python work)."""
         if self._coordinator.draining or not self._coordinator.loaded:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is draining or loading its state")
         try:
-            return convert(*args)
+            return await asyncio.to_thread(convert, *args) if off_loop else convert(*args)
         except InvalidInput as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
         # LimitExceeded goes on to ``server.failures.contain``, which counts and answers it
@@ -650,12 +651,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         count), and a request over ``OFF_LOOP_BYTES`` is converted in a worker thread, so that
         the event loop keeps answering heartbeats and health checks meanwhile."""
         await self._guard(context, check, self.limits, request)
-        if request.ByteSize() <= OFF_LOOP_BYTES:
-            return await self._guard(context, convert, request)
-        try:
-            return await asyncio.to_thread(convert, request)
-        except InvalidInput as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
+        return await self._guard(context, convert, request, off_loop=request.ByteSize() > OFF_LOOP_BYTES)
 
     @_redirects(pb.JoinGroupResponse)
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
@@ -757,10 +753,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
 
         await self.gate.check(context, "Assign", Operation.ASSIGN)
         await self._guard(context, check_assign, self.limits, request)
-        try:  # parsing a large problem is Python work: off the event loop
-            problem = await asyncio.to_thread(convert, request)
-        except InvalidInput as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
+        problem = await self._guard(context, convert, request, off_loop=True)  # parsing a large problem: Python work
         try:
             result = await self._coordinator.assign(problem)
         except InvalidInput as error:
