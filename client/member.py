@@ -90,6 +90,8 @@ _FATAL = frozenset({
     epb.ERROR_CODE_INVALID_SESSION_TIMEOUT, epb.ERROR_CODE_INVALID_GROUP_ID,
 })
 _LOCK_HOLDER = "member"
+#: MOVED as the names a RoutingError carries.
+_MOVED_NAMES = frozenset(epb.ErrorCode.Name(code) for code in MOVED)
 
 
 def open_channel(target: str, options: list[tuple[str, Any]] | None = None, tls: ClientTls | None = None) -> grpc.aio.Channel:
@@ -342,7 +344,7 @@ class GroupMember:
                 return await route_query(self._stub, self.config.group_id, self.config.topology, store, key=key,
                                          partition=partition, max_lag=max_lag, serializer=serializer, partitioner=partitioner)
             except RoutingError as error:  # the group moved to another replica: ask its owner
-                if error.code not in ("ERROR_CODE_NOT_COORDINATOR", "ERROR_CODE_COORDINATOR_NOT_AVAILABLE"):
+                if error.code not in _MOVED_NAMES:
                     raise
                 if not await self._link.rediscover():
                     raise
