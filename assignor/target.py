@@ -470,8 +470,9 @@ def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[s
     return target, frozenset(), hubs
 
 
-# (subtopology keys x clients) from which the relaxed active flow is tried first
-RELAXED_PAIRS = FUNNEL_PAIRS
+# (subtopology keys x clients) from which the relaxed flows are tried first: actives, standbys
+RELAXED_PAIRS = 5_000
+RELAXED_STANDBY_PAIRS = FUNNEL_PAIRS
 
 
 def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
@@ -620,7 +621,7 @@ def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hu
         if plan is None:
             return None
         for key, units in plan.items():
-            for task, client in zip(sorted(by_key[key]), round_robin(units, clients), strict=True):
+            for task, client in zip(sorted(by_key[key]), round_robin(units, sorted(units)), strict=True):
                 target[task] = client
     return target
 
@@ -1074,7 +1075,14 @@ class _RelaxedStandbyFlow(_StandbyFlow):
 
     def standbys_within_caps(self) -> dict[TaskId, tuple[str, ...]] | None:
         group = self.group
-        keeper = _CapKeeper(self.caps, lambda task: task.subtopology, {}, group.clients)
+        # a task counts on its previous standby holder until placed elsewhere, as an active on its owner
+        origin = {}
+        for task, holders in group.prev_standby_holders.items():
+            if len(holders) == 1:
+                holder = next(iter(holders))
+                if holder != self.actives[task] and holder in group.threads:
+                    origin[task] = holder
+        keeper = _CapKeeper(self.caps, lambda task: task.subtopology, origin, group.clients)
         pick_tasks, pick_clients, hub_tasks = self.classes.decode_within(self.graph, keeper)
         if keeper.excess() > self.hubs.paid(self.graph):
             return None
@@ -1290,7 +1298,7 @@ def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> b
     most stateful tasks with state or a previous replica somewhere (each its own pair node in
     the capped flow)."""
     keys = {task.subtopology for task in group.stateful}
-    if per_task != 1 or len(keys) * len(group.clients) < RELAXED_PAIRS:
+    if per_task != 1 or len(keys) * len(group.clients) < RELAXED_STANDBY_PAIRS:
         return False
     holders, previous = ranking.holders, group.prev_standby_holders
     known = sum(1 for task in group.stateful if holders[task] or task in previous)
