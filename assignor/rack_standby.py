@@ -23,13 +23,16 @@ partner checks keeps adversarial groups fast (``SEARCH_BUDGET``).
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import operator
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 import numpy as np
 
 from assignor.model import TaskId
 from assignor.rack_flow import index_of
+from assignor.ranking import Ranking
 from assignor.target import Group
 
 SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
@@ -41,8 +44,7 @@ class _Standbys:
     """The private, mutable builder: standby holders by task and tasks by client, as indices."""
 
     def __init__(self, group: Group, actives: Mapping[TaskId, str], standbys: Mapping[TaskId, tuple[str, ...]],
-                 location: Mapping[str, tuple[str, ...]],
-                 caught_up: Mapping[TaskId, frozenset[str]] | None = None) -> None:
+                 location: Mapping[str, tuple[str, ...]], ranking: Ranking | None = None) -> None:
         self.clients = group.clients
         client_index = index_of(self.clients)
         self.tasks = tuple(t for t in group.stateful if standbys.get(t))
@@ -65,11 +67,21 @@ class _Standbys:
         # has one standby (swaps keep every task's count, so this never changes).
         self.active_loc = np.array([self.loc[a] for a in self.active], dtype=np.int64).reshape(len(self.tasks), len(values))
         self.single = np.array([len(h) == 1 for h in self.holders], dtype=bool)
-        nobody: frozenset[int] = frozenset()
-        self.ready = None if caught_up is None else [
-            frozenset(client_index[c] for c in caught_up[t] if c in client_index) if t in caught_up else nobody
-            for t in self.tasks
-        ]
+        # Readiness (``Ranking.caught_up``, with the high-availability assignor only): per task,
+        # the clients caught up on it; for a task whose whole changelog is within the acceptable
+        # lag every client reporting nothing is caught up too, so ``everywhere_but`` holds the
+        # few that are not (reported lags beyond it) instead.
+        self.ready: list[frozenset[int]] | None = None
+        self.everywhere_but: dict[int, frozenset[int]] = {}
+        if ranking is not None:
+            self.ready = []
+            for task, task_id in enumerate(self.tasks):
+                ranks = ranking.holders.get(task_id, {})
+                if ranking.absent[task_id] == 0:
+                    self.everywhere_but[task] = frozenset(client_index[c] for c, rank in ranks.items() if rank)
+                    self.ready.append(frozenset())
+                else:
+                    self.ready.append(frozenset(client_index[c] for c, rank in ranks.items() if rank == 0))
         # Per client, the standbys on it that still restore there, and the tasks caught up on
         # it (only with ``ready``): what ``_partner_candidates`` narrows the search to.
         self.restoring: list[set[int]] = [set() for _ in self.clients]
@@ -80,17 +92,23 @@ class _Standbys:
                 for client in self.ready[task]:
                     self.ready_on[client].add(task)
                 for client in holders:
-                    if client not in self.ready[task]:
+                    if not self.ready_for(task, client):
                         self.restoring[client].add(task)
                         self.restoring_at[self.loc[client]].add(client)
         self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
+
+    def ready_for(self, task: int, client: int) -> bool:
+        """Is ``client`` caught up on ``task``? (Only with readiness: ``ready`` not None.)"""
+        exceptions = self.everywhere_but.get(task)
+        return client in self.ready[task] if exceptions is None else client not in exceptions
 
     def restores_more(self, task: int, client: int, other: int, other_client: int) -> bool:
         """Would swapping put more of the two standbys on clients that must restore them?"""
         if self.ready is None:
             return False
-        before = (client not in self.ready[task]) + (other_client not in self.ready[other])
-        after = (other_client not in self.ready[task]) + (client not in self.ready[other])
+        ready = self.ready_for
+        before = (not ready(task, client)) + (not ready(other, other_client))
+        after = (not ready(task, other_client)) + (not ready(other, client))
         return after > before
 
     def spread(self, task: int, holder_locs: list[tuple[int, ...]]) -> int:
@@ -128,7 +146,7 @@ class _Standbys:
             self.restoring[leave].discard(who)
             if not self.restoring[leave]:
                 self.restoring_at[self.loc[leave]].discard(leave)
-            if self.ready is not None and arrive not in self.ready[who]:
+            if self.ready is not None and not self.ready_for(who, arrive):
                 self.restoring[arrive].add(who)
                 self.restoring_at[self.loc[arrive]].add(arrive)
             self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
@@ -149,10 +167,11 @@ def spread_and_swap_standbys(
     location: Mapping[str, tuple[str, ...]],
     anchors: Mapping[TaskId, Collection[str]],
     traffic: tuple[np.ndarray, list[str], tuple[int, int]] | None,
-    caught_up: Mapping[TaskId, frozenset[str]] | None = None,
+    ranking: Ranking | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
-    """Spread standbys (by ``location``), then, given ``traffic``, swap them for less of it."""
-    state = _Standbys(group, actives, standbys, location, caught_up)
+    """Spread standbys (by ``location``), then, given ``traffic``, swap them for less of it;
+    given ``ranking``, never so that more of them must restore (module docstring)."""
+    state = _Standbys(group, actives, standbys, location, ranking)
     if not state.tasks:
         return dict(standbys)
     pricing = None
@@ -239,7 +258,7 @@ def _members_to_scan(state: _Standbys, task: int, client: int, cls: tuple[int, .
     restoring standby: in a caught-up group a handful instead of the whole location.
     """
     members = state.members[cls]
-    if state.ready is None:
+    if state.ready is None or state.everywhere_but:  # the latter: ready_on lists explicit readiness only
         return members[start:] + members[:start]
     loc, ready, holders = state.loc, state.ready, state.holders
     caught_up_here = client in ready[task]
@@ -266,7 +285,7 @@ def _partner_candidates(state: _Standbys, task: int, client: int, other_client: 
     that leaves few or none, instead of every standby on the client.
     """
     on_there = state.on_client[other_client]
-    if state.ready is None:
+    if state.ready is None or state.everywhere_but:
         return on_there
     ready = state.ready[task]
     slack = (client not in ready) - (other_client not in ready)
