@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from assignor import assign
+from assignor import assign, rack_standby
 from assignor.convergence import settle
 from assignor.lag import Lag
 from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
@@ -281,6 +281,23 @@ def test_standby_swaps_keep_counts_and_never_worsen_spread(group, config, strate
         same_before += _spread(planned[task], actives[task], rack)[0]
         same_after += _spread(holders, actives[task], rack)[0]
     assert same_after <= same_before
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES)
+def test_narrowed_standby_searches_find_what_full_scans_find(group, config, strategy):
+    """The traffic pass's readiness shortlist and the spread search's loss index skip only
+    partners that the rules refuse: the standbys come out as with every partner checked."""
+    specs, clients = group
+    config = replace(config, rack_aware_strategy=strategy, num_standby_replicas=max(1, config.num_standby_replicas))
+    graph, ranking, costs, target = _target(specs, clients, config)
+    actives, _ = optimize_actives(graph, target, config, ranking)
+    planned = standby_target(graph, ranking, costs, actives, config.num_standby_replicas)
+    narrowed = optimize_standbys(graph, actives, planned, config, ranking)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rack_standby, "_ReadyPartners", lambda *args: None)
+        patch.setattr(rack_standby._Losses, "below", lambda *args: None)
+        assert optimize_standbys(graph, actives, planned, config, ranking) == narrowed
 
 
 @SETTINGS
