@@ -38,7 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from assignor.balance import quotas
-from assignor.flow import FUNNEL_PAIRS, FlowError, FlowGraph, fill_by_demand
+from assignor.flow import FUNNEL_PAIRS, FlowError, FlowGraph, fill_by_demand, split_exactly
 from assignor.model import ClientState, TaskId, TaskSpec
 from assignor.ranking import Ranking, Tier, tier_of
 
@@ -344,24 +344,73 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
 
 
 def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: int = 0,
-                  own_arcs: frozenset[str] | None = None) -> dict[TaskId, str]:
+                  own_arcs: frozenset[str] | None = None, relaxed: bool | None = None) -> dict[TaskId, str]:
     """One active per task, balanced in total and in stateful actives, sticky, lag-aware.
 
     ``per_task``, the standbys per stateful task to come, lets a lag-aware target prefer
     moving actives that start no standby chain (``chain_prone``, ``STANDBY_CHAIN``).
     ``own_arcs``: the clients the subtopology hubs reach by arcs of their own, not through a
-    funnel (``_SubtopologyHubs``); by size when None.
+    funnel (``_SubtopologyHubs``); by size when None. ``relaxed``: first try the flow without
+    subtopology caps (``_relaxed_active_target``); by size when None.
     """
     if not group.clients or not group.specs:
         return {}
     prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
-    graph = FlowGraph()
+    ways = _active_ways(group, ranking, costs, prone)
+    if relaxed is None:
+        relaxed = own_arcs is None and _relaxation_pays(group, ways)
+    if relaxed:
+        target = _relaxed_active_target(group, ways)
+        if target is not None:
+            return target
+    while True:
+        target, fed, hubs = _capped_active_target(group, ways, own_arcs)
+        if not fed:
+            return target
+        own_arcs = hubs.next_round(fed)
+
+
+# One task's ways out in the active flow: (task, its key, hub price, special clients' prices or
+# None when it has none, previous owner)
+_Ways = tuple[TaskId, tuple[int, bool], int, "dict[str, int] | None", "str | None"]
+
+
+def _active_ways(group: Group, ranking: Ranking, costs: CostModel, prone: Container[TaskId]) -> list[_Ways]:
+    """Every task's prices in the active flow, computed once for whichever graph is solved."""
+    ways = []
+    append = ways.append
+    for task, spec in group.specs.items():
+        key = _group_key(spec)
+        owner = group.prev_active_owner.get(task)
+        if spec.stateful:
+            hub_cost = costs.no_state_arc(ranking, task)
+            holders = ranking.holders[task]
+            if owner is None and not holders:
+                append((task, key, hub_cost, None, None))
+                continue
+            special = costs.special_arcs(ranking, task, holders if owner is None or owner in holders
+                                         else [*holders, owner], (owner,))
+            if task in prone:
+                hub_cost += STANDBY_CHAIN
+                special = {c: price + STANDBY_CHAIN * (c != owner) for c, price in special.items()}
+        elif owner is None:
+            append((task, key, MOVE, None, None))
+            continue
+        else:
+            hub_cost, special = MOVE, {owner: 0}
+        append((task, key, hub_cost, special, owner))
+    return ways
+
+
+def _active_windows(graph: FlowGraph, group: Group) -> tuple[list[int], list[int], int]:
+    """Per client (in client order) the nodes its stateful and its stateless actives enter, and
+    the sink, with the balance windows between them: total and stateful actives within their
+    quotas, stateless actives preferring their own share."""
     clients = group.clients
     client_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
     stateful_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
     stateless_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
     sink = graph.node()
-
     total = quotas(len(group.specs), group.threads)
     stateful = quotas(len(group.stateful), group.threads)
     stateless = quotas(len(group.stateless), group.threads)
@@ -375,45 +424,39 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
         graph.arc(stateful_node[client], client_node[client], BIG_CAPACITY, OVER_CEILING)
         _prefer_share(graph, stateless_node[client], client_node[client], (0, BIG_CAPACITY),
                       (free.floor, free.ceiling))
+    return [stateful_node[c] for c in clients], [stateless_node[c] for c in clients], sink
 
+
+def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[str] | None):
+    """The active flow with every subtopology cap: (target, clients the funnels fed, hubs); the
+    target is None when the funnels' flow found no split (solve again, ``next_round``)."""
+    graph = FlowGraph()
+    clients = group.clients
+    stateful_nodes, stateless_nodes, sink = _active_windows(graph, group)
     counts: dict[tuple[int, bool], int] = defaultdict(int)
     for spec in group.specs.values():
         counts[_group_key(spec)] += 1
     keys = sorted(counts)
-    stateful_nodes = np.array([stateful_node[c] for c in clients], dtype=np.int64)
-    stateless_nodes = np.array([stateless_node[c] for c in clients], dtype=np.int64)
+    stateful_array = np.array(stateful_nodes, dtype=np.int64)
+    stateless_array = np.array(stateless_nodes, dtype=np.int64)
     hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
-                            lambda key: stateful_nodes if key[1] else stateless_nodes,
+                            lambda key: stateful_array if key[1] else stateless_array,
                             own_arcs)
     classes = _TaskClasses(units=1)
     hub_only = classes.hub_only
-    for task, spec in group.specs.items():
-        key = _group_key(spec)
-        owner = group.prev_active_owner.get(task)
-        if spec.stateful:
-            hub_cost = costs.no_state_arc(ranking, task)
-            holders = ranking.holders[task]
-            if owner is None and not holders:
-                hub_only[key, hubs.hub[key], hub_cost].append(task)
-                continue
-            special = costs.special_arcs(ranking, task, holders if owner is None or owner in holders
-                                         else [*holders, owner], (owner,))
-            if task in prone:
-                hub_cost += STANDBY_CHAIN
-                special = {c: price + STANDBY_CHAIN * (c != owner) for c, price in special.items()}
-        elif owner is None:
-            hub_only[key, hubs.hub[key], MOVE].append(task)
-            continue
+    hub = hubs.hub
+    for task, key, hub_cost, special, owner in ways:
+        if special is None:
+            hub_only[key, hub[key], hub_cost].append(task)
         else:
-            hub_cost, special = MOVE, {owner: 0}
-        classes.add(task, key, hubs.hub[key], hub_cost, special, owner)
+            classes.add(task, key, hub[key], hub_cost, dict(special), owner)
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
     graph.solve()
     fed = hubs.realize(graph)
     if fed:
-        return active_target(group, ranking, costs, per_task, own_arcs=hubs.next_round(fed))
+        return None, fed, hubs
 
     pick_tasks, pick_clients, hub_tasks, _ = classes.decode(graph)
     target = dict(zip(pick_tasks, pick_clients, strict=True))
@@ -421,9 +464,127 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
         tasks = hub_tasks.get(key)
         if not tasks:
             continue
-        counts = hubs.units(graph, key)
-        for task, client in zip(tasks, round_robin(counts, clients), strict=True):
+        units = hubs.units(graph, key)
+        for task, client in zip(tasks, round_robin(units, clients), strict=True):
             target[task] = client
+    return target, frozenset(), hubs
+
+
+# (subtopology keys x clients) from which the relaxed active flow is tried first
+RELAXED_PAIRS = FUNNEL_PAIRS
+
+
+def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
+    """Try the relaxed flow first when the capped one is large (many subtopology keys) and
+    most tasks have a previous owner (a settled group changing: the relaxed graph then has a
+    class per owner, the capped one a node per task), with few tasks that lost their owner
+    but have state elsewhere (a scale-in: those go to a holder already at its cap, so the
+    relaxed optimum misses the capped one and would only add a solve)."""
+    keys = {key for _, key, _, _, _ in ways}
+    if len(keys) * len(group.clients) < RELAXED_PAIRS:
+        return False
+    owned = sum(1 for way in ways if way[4] is not None)
+    orphans = sum(1 for way in ways if way[4] is None and way[3] is not None)
+    return 2 * owned > len(ways) and 20 * orphans < len(ways)
+
+
+class _ClientNodes:
+    """``_TaskClasses.build``'s view of the relaxed flow: a task's special client is that
+    client's stateful or stateless node itself, counted against no subtopology cap."""
+
+    def __init__(self, stateful_nodes: list[int], stateless_nodes: list[int], clients: Sequence[str]) -> None:
+        self._nodes = {True: dict(zip(clients, stateful_nodes, strict=True)),
+                       False: dict(zip(clients, stateless_nodes, strict=True))}
+
+    def node(self, stateful: bool, client: str) -> int:
+        return self._nodes[stateful][client]
+
+
+def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str] | None:
+    """The active flow without subtopology caps, then each of its units placed within them.
+
+    Without caps, tasks of all subtopologies with one owner and one price share a class: on a
+    settled group of many subtopologies the graph has a node per owner instead of one per task.
+    Every capped flow is a flow of this one at the same cost or more (it only adds
+    SUBTOPOLOGY_EXCESS), so its optimum bounds the capped optimum from below. The solution is
+    then decoded with the caps in view: which of a class's tasks leave it (spread over
+    subtopologies), and how each subtopology's hub tasks meet the clients' hub units within
+    what the caps leave (a transportation plan, ``split_exactly``). When every cap holds, the
+    decoded target costs the relaxed optimum in the capped flow too, so it is the capped
+    optimum. Otherwise None: the caller solves the capped flow, as at once when the previous
+    owners already hold more than a cap (the capped optimum keeps such excess where moving
+    costs more, which the relaxed one cannot see).
+    """
+    counts: dict[tuple[int, bool], int] = defaultdict(int)
+    for spec in group.specs.values():
+        counts[_group_key(spec)] += 1
+    keeper = _CapKeeper(group, _subtopology_caps(counts, group.threads, group.clients))
+    if not keeper.kept():
+        return None
+    graph = FlowGraph()
+    clients = group.clients
+    stateful_nodes, stateless_nodes, sink = _active_windows(graph, group)
+    hub = {True: graph.node(), False: graph.node()}
+    hub_arcs = {True: graph.arcs(hub[True], stateful_nodes, BIG_CAPACITY, 0),
+                False: graph.arcs(hub[False], stateless_nodes, BIG_CAPACITY, 0)}
+    classes = _TaskClasses(units=1)
+    hub_only = classes.hub_only
+    for task, key, hub_cost, special, owner in ways:
+        stateful = key[1]
+        if special is None:
+            hub_only[stateful, hub[stateful], hub_cost].append(task)
+        else:
+            classes.add(task, stateful, hub[stateful], hub_cost, dict(special), owner)
+    classes.build(graph, _ClientNodes(stateful_nodes, stateless_nodes, clients))
+    graph.supply(sink, -len(group.specs))
+    graph.solve()
+    return _place_within_caps(group, graph, classes, hub_arcs, keeper)
+
+
+def _subtopology_caps(counts: Mapping, threads: Mapping[str, int], clients: Sequence[str]) -> dict:
+    """Per key, the soft cap ceil(S[j] * t_c / T) of every client (in client order)."""
+    thread_counts = np.array([threads[c] for c in clients], dtype=np.int64)
+    capacity = int(thread_counts.sum())
+    return {key: -(-(count * thread_counts) // capacity) for key, count in counts.items()}
+
+
+def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hub_arcs,
+                       keeper: _CapKeeper) -> dict[TaskId, str] | None:
+    """``_relaxed_active_target``'s decoding: None when it cannot keep every cap."""
+    clients = group.clients
+    specs = group.specs
+    caps = keeper.caps
+    pick_tasks, pick_clients, hub_tasks = classes.decode_within(graph, keeper)
+    if not keeper.kept():
+        return None
+    target = dict(zip(pick_tasks, pick_clients, strict=True))
+    by_key: dict[tuple[int, bool], list[TaskId]] = defaultdict(list)
+    for task in hub_tasks:
+        by_key[_group_key(specs[task])].append(task)
+    for stateful in (True, False):
+        keys = sorted(key for key in by_key if key[1] == stateful)
+        if not keys:
+            continue
+        demand = graph.flows(hub_arcs[stateful])
+        wanting = np.flatnonzero(demand)
+        supply = np.array([len(by_key[key]) for key in keys], dtype=np.int64)
+        room = np.stack([caps[key][wanting] for key in keys])
+        row_of = {key: row for row, key in enumerate(keys)}
+        column_of = {clients[index]: column for column, index in enumerate(wanting.tolist())}
+        for (key, client), count in keeper.held.items():
+            row, column = row_of.get(key), column_of.get(client)
+            if count and row is not None and column is not None:
+                room[row, column] -= count
+        rows, columns = np.nonzero(room > 0)
+        plan = split_exactly(supply, demand[wanting], rows, columns, room[rows, columns])
+        if plan is None:
+            return None
+        for row, key in enumerate(keys):
+            cells = rows == row
+            units = {clients[wanting[column]]: int(amount)
+                     for column, amount in zip(columns[cells].tolist(), plan[cells].tolist(), strict=True) if amount}
+            for task, client in zip(sorted(by_key[key]), round_robin(units, clients), strict=True):
+                target[task] = client
     return target
 
 
@@ -540,6 +701,113 @@ class _TaskClasses:
         for tasks in hub_tasks.values():
             tasks.sort()
         return pick_tasks, pick_clients, hub_tasks, short
+
+
+    def decode_within(self, graph: FlowGraph, caps: _CapKeeper) -> tuple[list[TaskId], list[str], list[TaskId]]:
+        """``decode`` for one unit per task, choosing which of a class's tasks take each of its
+        arcs with the subtopology caps in view (``caps``: the relaxed active flow): the direct
+        placements (tasks and clients, in two lists) and the hub tasks."""
+        pick_tasks: list[TaskId] = []
+        pick_clients: list[str] = []
+        hub_tasks: list[TaskId] = []
+        flows = graph.flows(self._arcs).tolist()
+        for members in self._classes.values():
+            extras = members.extras
+            if members.anchor is None and not extras:
+                caps.leave(members.tasks)
+                hub_tasks.extend(members.tasks)
+                continue
+            arc = members.start + 1
+            anchor_units = 0
+            if members.anchor is not None:
+                anchor_units = flows[arc]
+                arc += 1
+            # Without an anchor, the tasks of a class of several have one special client each:
+            # those of a run it does not pick go to the hub, known at once (``pick`` spreads
+            # the next run's leavers by it).
+            shared = members.anchor is None and len(members.tasks) > 1
+            taken: set[TaskId] = set()
+            for start, stop in _runs(extras):
+                amount = flows[arc]
+                arc += 1
+                if not amount and not shared:
+                    continue
+                client = extras[start]
+                candidates = [extras[index + 2] for index in range(start, stop, 3) if extras[index + 2] not in taken]
+                picked = caps.pick(candidates, amount, client) if amount else []
+                for task in picked:
+                    pick_tasks.append(task)
+                    pick_clients.append(client)
+                taken.update(candidates if shared else picked)
+                if shared and len(picked) < len(candidates):
+                    chosen = set(picked)
+                    leaving = [task for task in candidates if task not in chosen]
+                    caps.leave(leaving)
+                    hub_tasks.extend(leaving)
+            rest = [task for task in members.tasks if task not in taken] if taken else members.tasks
+            if anchor_units:
+                staying = caps.pick(rest, anchor_units, members.anchor)
+                pick_tasks.extend(staying)
+                pick_clients.extend([members.anchor] * len(staying))
+                if len(staying) == len(rest):
+                    continue
+                kept = set(staying)
+                rest = [task for task in rest if task not in kept]
+            caps.leave(rest)
+            hub_tasks.extend(rest)
+        return pick_tasks, pick_clients, hub_tasks
+
+
+class _CapKeeper:
+    """While the relaxed active flow is decoded: every (subtopology key, client)'s direct
+    actives so far, counting each task on its previous owner until it is placed elsewhere, and
+    each key's tasks sent to its hub. ``pick`` chooses which tasks take an arc to a client:
+    those that keep its caps, and among those staying on their owner the ones of keys the hubs
+    already have plenty of, so that the tasks that leave spread over subtopologies (then the
+    clients the hubs serve can take them within their caps)."""
+
+    def __init__(self, group: Group, caps: Mapping) -> None:
+        self._specs, self._owner = group.specs, group.prev_active_owner
+        self._position = {client: index for index, client in enumerate(group.clients)}
+        self.caps = caps
+        self.held: dict[tuple, int] = defaultdict(int)
+        for task, owner in self._owner.items():
+            self.held[_group_key(self._specs[task]), owner] += 1
+        self.hub_supply: dict[tuple, int] = defaultdict(int)
+
+    def cap(self, key, client: str) -> int:
+        return int(self.caps[key][self._position[client]])
+
+    def pick(self, tasks: list[TaskId], amount: int, client: str) -> list[TaskId]:
+        specs, owner, held = self._specs, self._owner, self.held
+        if amount < len(tasks):
+            def score(task):
+                key = _group_key(specs[task])
+                if owner.get(task) == client:
+                    return (held[key, client] > self.cap(key, client), -self.hub_supply[key], task)
+                return (held[key, client] >= self.cap(key, client), held[key, client], task)
+            tasks = sorted(tasks, key=score)[:amount]
+        for task in tasks:
+            previous = owner.get(task)
+            if previous != client:
+                key = _group_key(specs[task])
+                held[key, client] += 1
+                if previous is not None:
+                    held[key, previous] -= 1
+        return tasks
+
+    def leave(self, tasks: Sequence[TaskId]) -> None:
+        specs, owner, held, supply = self._specs, self._owner, self.held, self.hub_supply
+        for task in tasks:
+            key = _group_key(specs[task])
+            supply[key] += 1
+            previous = owner.get(task)
+            if previous is not None:
+                held[key, previous] -= 1
+
+    def kept(self) -> bool:
+        """Do the direct actives keep every cap?"""
+        return all(count <= self.cap(key, client) for (key, client), count in self.held.items() if count > 1)
 
 
 def _runs(extras: list) -> Sequence[tuple[int, int]]:

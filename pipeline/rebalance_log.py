@@ -91,13 +91,11 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
     members = {c.id: c for c in problem.clients}
     prev_owner = {t: c.id for c in problem.clients for t in c.prev_active}
     prev_holders = {(c.id, t) for c in problem.clients for t in c.prev_active | c.prev_standby}
-    for client_id in sorted(result.clients):
-        if client_id not in members:
-            raise InvalidInput(f"output.clients.{client_id}", "client not in the input")
-
     moved = orphaned = new_replicas = warmups = restoring = cross_rack = 0
     counts = dict.fromkeys(members, 0)
     for client_id, got in sorted(result.clients.items()):
+        if client_id not in members:
+            raise InvalidInput(f"output.clients.{client_id}", "client not in the input")
         rack = members[client_id].rack
         lags = members[client_id].lags
         for task in got.active:

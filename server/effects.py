@@ -13,6 +13,7 @@ from typing import Any
 
 from assignor.model import AssignmentProblem, AssignmentResult
 from assignor.scenario import problem_to_document, result_to_document
+from server.model import GroupSnapshot
 from server.problem import ProblemInputs
 
 
@@ -57,11 +58,15 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class Persist:
-    """Write the group's durable state before any reply of the same outcome goes out: the
-    runtime hands the store the group's snapshot as the handler left it (``server.store.snapshot``),
-    taken under the group's lock."""
+    """Write the group's durable state before any reply of the same outcome goes out. The state
+    machine puts the state in (``Group.snapshot``, as the handler left it), so the runtime and
+    the store only encode and write it, and a later change of the group cannot leak in."""
 
-    group_id: str
+    snapshot: GroupSnapshot
+
+    @property
+    def group_id(self) -> str:
+        return self.snapshot.group_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ from server.model import (
     ClusterMetadata,
     ErrorCode,
     GroupOverview,
+    GroupSnapshot,
     GroupView,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -66,6 +67,7 @@ from server.model import (
     LeaveGroupRequest,
     LeaveGroupResponse,
     MemberAssignment,
+    MemberSnapshot,
     MemberView,
     QueryHost,
     RouteAnswer,
@@ -187,6 +189,36 @@ class Member:
         self.client_tags = sub.client_tags
         self.shutdown_requested = sub.error_code == AssignorError.SHUTDOWN_REQUESTED
 
+    def snapshot(self) -> MemberSnapshot:
+        return MemberSnapshot(
+            self.member_id, self.group_instance_id, self.process_id, self.session_timeout_ms,
+            self.rebalance_timeout_ms, self.version, self.latest_supported_version, self.num_threads,
+            self.endpoint, self.rack, self.client_tags, self.report, self.lags_updated_ms,
+            self.shutdown_requested, self.principal,
+        )
+
+    @classmethod
+    def from_snapshot(cls, snapshot: MemberSnapshot) -> Member:
+        """A restored member: synced (its generation's assignment is fixed), no session yet."""
+        return cls(
+            member_id=snapshot.member_id,
+            group_instance_id=snapshot.group_instance_id,
+            process_id=snapshot.process_id,
+            session_timeout_ms=snapshot.session_timeout_ms,
+            rebalance_timeout_ms=snapshot.rebalance_timeout_ms,
+            version=snapshot.version,
+            latest_supported_version=snapshot.latest_supported_version,
+            num_threads=snapshot.num_threads,
+            endpoint=snapshot.endpoint,
+            rack=snapshot.rack,
+            client_tags=snapshot.client_tags,
+            report=snapshot.report,
+            lags_updated_ms=snapshot.lags_updated_ms,
+            shutdown_requested=snapshot.shutdown_requested,
+            synced=True,
+            principal=snapshot.principal,
+        )
+
 
 @dataclass(slots=True)
 class Group:
@@ -220,6 +252,74 @@ class Group:
     awaiting_assignment: bool = False
     #: Members of the completing generation that have not synced: the Stable check is O(1) per sync.
     unsynced: set[str] = field(default_factory=set)
+
+    # ---- durable state -------------------------------------------------------------------------
+
+    def snapshot(self) -> GroupSnapshot:
+        """The durable state as of now, for a ``Persist`` effect. Cheap enough for the event
+        loop: the topology, config, result and lag reports are immutable and shared; only the
+        end offsets (a dict the next report changes) and the members' fields are copied."""
+        state = self.state
+        if self.awaiting_assignment:
+            # The assignor is still running (outside the group's lock): a restored group prepares
+            # the rebalance again rather than serve the previous generation's assignment.
+            state = GroupState.PREPARING_REBALANCE
+        return GroupSnapshot(
+            group_id=self.group_id,
+            state=state.value,
+            generation=self.generation,
+            protocol_version=self.protocol_version,
+            topology=self.topology,
+            config=self.config,
+            end_offsets=MappingProxyType(dict(self.end_offsets)),
+            result=self.result,
+            assignment_error=self.assignment_error,
+            last_rebalance_ms=self.last_rebalance_ms,
+            last_trigger=self.last_trigger,
+            pending_trigger=self.pending_trigger,
+            next_probe_ms=self.next_probe_ms,
+            next_probe_reason=self.next_probe_reason,
+            members=tuple(m.snapshot() for m in sorted(self.members.values(), key=lambda m: m.member_id)),
+        )
+
+    def _persist(self) -> Persist:
+        return Persist(self.snapshot())
+
+    @classmethod
+    def from_snapshot(cls, snapshot: GroupSnapshot, settings: GroupSettings) -> Group:
+        """Rebuild a group from its durable state. A group caught mid-sync comes back Stable (its
+        assignment is fixed; members that had not synced still can); one caught preparing a
+        rebalance comes back preparing it, with no parked calls (``restored`` arms its timers)."""
+        state = GroupState(snapshot.state)
+        if state is GroupState.COMPLETING_REBALANCE:
+            state = GroupState.STABLE
+        if state is GroupState.DEAD:
+            state = GroupState.EMPTY
+        group = cls(
+            group_id=snapshot.group_id,
+            settings=settings,
+            state=state,
+            generation=snapshot.generation,
+            protocol_version=snapshot.protocol_version,
+            topology=snapshot.topology,
+            config=snapshot.config,
+            end_offsets=dict(snapshot.end_offsets),
+            result=snapshot.result,
+            assignment_error=snapshot.assignment_error,
+            last_rebalance_ms=snapshot.last_rebalance_ms,
+            last_trigger=snapshot.last_trigger,
+            pending_trigger=snapshot.pending_trigger,
+            next_probe_ms=snapshot.next_probe_ms,
+            next_probe_reason=snapshot.next_probe_reason,
+        )
+        for saved in snapshot.members:
+            member = Member.from_snapshot(saved)
+            member.lags = MappingProxyType(member.report.lags(group.end_offsets))
+            group.members[member.member_id] = member
+            if member.group_instance_id:
+                group.instances[member.group_instance_id] = member.member_id
+        group._rebuild_cluster()
+        return group
 
     # ---- state transitions -------------------------------------------------------------------
 
@@ -367,7 +467,7 @@ class Group:
             self.unsynced.add(member.member_id)
             self._rebuild_cluster()
             outcome.effects += self._touch_session(member, now_ms)
-            outcome.effects.append(Persist(self.group_id))
+            outcome.effects.append(self._persist())
             outcome.response = JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version)
             return outcome
         return self._park(member, call_id, topology_trigger or Trigger.MEMBER_REJOINED, now_ms, outcome)
@@ -446,7 +546,7 @@ class Group:
             self._transition(GroupState.EMPTY)
             self.result, self.cluster, self.assignment_error = None, None, AssignorError.NONE
             effects += self._cancel_probe()
-            effects += [Persist(self.group_id), Event("group.empty", {"generation": self.generation})]
+            effects += [self._persist(), Event("group.empty", {"generation": self.generation})]
             return effects
         self._transition(GroupState.COMPLETING_REBALANCE)
         self.protocol_version = min(m.latest_supported_version for m in self.members.values())
@@ -535,7 +635,7 @@ class Group:
             if call is not None:
                 replies.append(Reply(call, JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version)))
         # Persist first: the replies depend on the generation being durable.
-        return [Persist(self.group_id), *effects, *replies]
+        return [self._persist(), *effects, *replies]
 
     def _rebuild_cluster(self) -> None:
         topology = self.topology or Topology(())
@@ -719,10 +819,15 @@ class Group:
         return effects
 
     def _after_removal(self, trigger: str, now_ms: int) -> list:
-        effects: list = [Persist(self.group_id)]
+        """The group without a member: a rebalance, and the state that results made durable
+        (once: completing the join of an emptied group persists it already)."""
+        effects: list = []
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             effects += self._prepare_rebalance(trigger, now_ms)
-        return effects + self._maybe_complete_join(now_ms)
+        effects += self._maybe_complete_join(now_ms)
+        if not any(isinstance(effect, Persist) for effect in effects):
+            effects.insert(0, self._persist())
+        return effects
 
     # ---- restore -------------------------------------------------------------------------------
 

@@ -15,7 +15,15 @@ from types import MappingProxyType
 from typing import Final
 
 from assignor.lag import RUNNING, UNKNOWN, Lag
-from assignor.model import AssignmentConfig, HostInfo, StateStore, TaskId, TaskSpec, TopicPartition
+from assignor.model import (
+    AssignmentConfig,
+    AssignmentResult,
+    HostInfo,
+    StateStore,
+    TaskId,
+    TaskSpec,
+    TopicPartition,
+)
 from assignor.probing import Trigger as Trigger
 
 #: The newest metadata version this server speaks (group_leader.proto, version history).
@@ -327,6 +335,54 @@ class LeaveGroupRequest:
 class LeaveGroupResponse:
     error: ErrorCode
     message: str = ""
+
+
+# ---- durable state ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSnapshot:
+    """What survives a restart of one member: everything but its session deadline, its parked
+    call and its lags (recomputed from ``report`` against the group's end offsets)."""
+
+    member_id: str
+    group_instance_id: str | None
+    process_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    version: int
+    latest_supported_version: int
+    num_threads: int
+    endpoint: HostInfo | None
+    rack: str | None
+    client_tags: Mapping[str, str]
+    report: LagReport
+    lags_updated_ms: int
+    shutdown_requested: bool
+    principal: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """A group's durable state as one handler left it, carried by the ``Persist`` effect to the
+    store (docs/protocol.md, "Persistence"). ``state`` is a ``GroupState`` value (the state
+    machine's enum lives in ``server.group``); members are sorted by id."""
+
+    group_id: str
+    state: str
+    generation: int
+    protocol_version: int
+    topology: Topology | None
+    config: AssignmentConfig | None
+    end_offsets: Mapping[TaskId, int]
+    result: AssignmentResult | None
+    assignment_error: AssignorError
+    last_rebalance_ms: int
+    last_trigger: str
+    pending_trigger: str
+    next_probe_ms: int | None
+    next_probe_reason: str
+    members: tuple[MemberSnapshot, ...]
 
 
 # ---- read-only views ---------------------------------------------------------------------------

@@ -56,8 +56,8 @@ from server.model import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from server.observability import Metrics, RebalanceLog, Telemetry, compact_json
-from server.store import Store, restore, snapshot
+from server.observability import Metrics, RebalanceLog, Telemetry
+from server.store import Store, encode_snapshot, restore
 from server.timers import Clock, Timers
 
 log = structlog.get_logger(__name__)
@@ -334,11 +334,12 @@ class Coordinator:
                     self.timers.cancel(str(key))
                 case Reply():
                     replies.append(effect)
-                case Persist(group_id=gid):
+                case Persist(snapshot=state):
                     if self.store is not None:
-                        # the group's state once the handler is done, taken under its lock; encoded
-                        # in a worker thread (a large group's is megabytes), still under the lock
-                        writes.append(self.store.request(gid, await asyncio.to_thread(_encoded_snapshot, group)))
+                        # the state the handler put in the effect, encoded in a worker thread (a
+                        # large group's is megabytes) and requested before the group's next
+                        # handler runs, so that the store sees a group's snapshots in order
+                        writes.append(self.store.request(state.group_id, await asyncio.to_thread(encode_snapshot, state)))
                 case ComputeAssignment():
                     computes.append(effect)
                 case AppendRebalanceLog():
@@ -389,10 +390,6 @@ class Coordinator:
                 await self._run(key.group_id, "", lambda g, _c, n: g.probe_due(n))
 
         return fire
-
-
-def _encoded_snapshot(group: Group) -> str:
-    return compact_json(snapshot(group))
 
 
 def _unknown_group(handler: Handler) -> Any:

@@ -28,18 +28,25 @@ from assignor.model import (
     TaskId,
 )
 from assignor.scenario import parse_result, problem_to_document, result_to_document
-from server.group import Group, GroupSettings, GroupState, Member
-from server.model import AssignorError, HostInfo, LagReport, SourceTopic, StateStore, Subtopology, Topology
+from server.group import Group, GroupSettings
+from server.model import (
+    AssignorError,
+    GroupSnapshot,
+    HostInfo,
+    LagReport,
+    MemberSnapshot,
+    SourceTopic,
+    StateStore,
+    Subtopology,
+    Topology,
+)
+from server.observability import compact_json
 
 SNAPSHOT_SCHEMA = 1
 log = structlog.get_logger(__name__)
 
 
 # ---- snapshot codec -----------------------------------------------------------------------------
-
-
-def _tasks(items) -> list[str]:
-    return [str(t) for t in sorted(items)]
 
 
 def _task_map(mapping) -> dict[str, int]:
@@ -80,30 +87,25 @@ def topology_from_json(raw: list[dict[str, Any]]) -> Topology:
     )
 
 
-def snapshot(group: Group) -> dict[str, Any]:
-    """The group's durable state as a JSON-able document."""
-    state = group.state
-    if group.awaiting_assignment:
-        # The assignor is still running (outside the group's lock): a restored group prepares
-        # the rebalance again rather than serve the previous generation's assignment.
-        state = GroupState.PREPARING_REBALANCE
-    config_doc = problem_to_document(AssignmentProblem((), (), group.config))["config"] if group.config else None
+def snapshot_document(snapshot: GroupSnapshot) -> dict[str, Any]:
+    """A group's durable state (what a ``Persist`` effect carries) as a JSON-able document."""
+    config_doc = problem_to_document(AssignmentProblem((), (), snapshot.config))["config"] if snapshot.config else None
     return {
         "schema": SNAPSHOT_SCHEMA,
-        "group_id": group.group_id,
-        "state": state.value,
-        "generation": group.generation,
-        "protocol_version": group.protocol_version,
-        "topology": topology_to_json(group.topology) if group.topology else None,
+        "group_id": snapshot.group_id,
+        "state": snapshot.state,
+        "generation": snapshot.generation,
+        "protocol_version": snapshot.protocol_version,
+        "topology": topology_to_json(snapshot.topology) if snapshot.topology else None,
         "config": config_doc,
-        "end_offsets": _task_map(group.end_offsets),
-        "result": result_to_document(group.result, explain=True) if group.result else None,
-        "assignment_error": int(group.assignment_error),
-        "last_rebalance_ms": group.last_rebalance_ms,
-        "last_trigger": group.last_trigger,
-        "pending_trigger": group.pending_trigger,
-        "next_probe_ms": group.next_probe_ms,
-        "next_probe_reason": group.next_probe_reason,
+        "end_offsets": _task_map(snapshot.end_offsets),
+        "result": result_to_document(snapshot.result, explain=True) if snapshot.result else None,
+        "assignment_error": int(snapshot.assignment_error),
+        "last_rebalance_ms": snapshot.last_rebalance_ms,
+        "last_trigger": snapshot.last_trigger,
+        "pending_trigger": snapshot.pending_trigger,
+        "next_probe_ms": snapshot.next_probe_ms,
+        "next_probe_reason": snapshot.next_probe_reason,
         "members": [
             {
                 "member_id": m.member_id,
@@ -126,46 +128,29 @@ def snapshot(group: Group) -> dict[str, Any]:
                 "shutdown_requested": m.shutdown_requested,
                 "principal": m.principal,
             }
-            for m in sorted(group.members.values(), key=lambda m: m.member_id)
+            for m in snapshot.members
         ],
     }
+
+
+def encode_snapshot(snapshot: GroupSnapshot) -> str:
+    """The stored text of a snapshot (a large group's is megabytes: the runtime calls this in a
+    worker thread)."""
+    return compact_json(snapshot_document(snapshot))
 
 
 def _config_from_json(raw: dict[str, Any]) -> AssignmentConfig:
     return AssignmentConfig(**{**raw, "rack_aware_assignment_tags": tuple(raw["rack_aware_assignment_tags"])})
 
 
-def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
-    """Rebuild a group from its snapshot. A group caught mid-sync comes back Stable (its
-    assignment is fixed; members that had not synced still can); one caught preparing a
-    rebalance comes back preparing it, with no parked calls."""
+def snapshot_from_document(document: dict[str, Any]) -> GroupSnapshot:
     if document.get("schema") != SNAPSHOT_SCHEMA:
         raise ValueError(f"unsupported snapshot schema {document.get('schema')!r}")
-    state = GroupState(document["state"])
-    if state is GroupState.COMPLETING_REBALANCE:
-        state = GroupState.STABLE
-    if state is GroupState.DEAD:
-        state = GroupState.EMPTY
-    group = Group(
-        group_id=document["group_id"],
-        settings=settings,
-        state=state,
-        generation=document["generation"],
-        protocol_version=document["protocol_version"],
-        topology=topology_from_json(document["topology"]) if document["topology"] is not None else None,
-        config=_config_from_json(document["config"]) if document["config"] is not None else None,
-        end_offsets=_parse_task_map(document["end_offsets"]),
-        result=parse_result(document["result"], "result") if document["result"] else None,
-        assignment_error=AssignorError(document["assignment_error"]),
-        last_rebalance_ms=document["last_rebalance_ms"],
-        last_trigger=document["last_trigger"],
-        pending_trigger=document["pending_trigger"],
-        next_probe_ms=document["next_probe_ms"],
-        next_probe_reason=document["next_probe_reason"],
-    )
+    end_offsets = _parse_task_map(document["end_offsets"])
+    members = []
     for raw in document["members"]:
         lags = raw["lags"]
-        member = Member(
+        members.append(MemberSnapshot(
             member_id=raw["member_id"],
             group_instance_id=raw["group_instance_id"],
             process_id=raw["process_id"],
@@ -184,15 +169,31 @@ def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
             ),
             lags_updated_ms=raw["lags_updated_ms"],
             shutdown_requested=raw["shutdown_requested"],
-            synced=True,
             principal=raw.get("principal", ""),
-        )
-        group.members[member.member_id] = member
-        if member.group_instance_id:
-            group.instances[member.group_instance_id] = member.member_id
-        member.lags = MappingProxyType(member.report.lags(group.end_offsets))
-    group._rebuild_cluster()
-    return group
+        ))
+    return GroupSnapshot(
+        group_id=document["group_id"],
+        state=document["state"],
+        generation=document["generation"],
+        protocol_version=document["protocol_version"],
+        topology=topology_from_json(document["topology"]) if document["topology"] is not None else None,
+        config=_config_from_json(document["config"]) if document["config"] is not None else None,
+        end_offsets=MappingProxyType(end_offsets),
+        result=parse_result(document["result"], "result") if document["result"] else None,
+        assignment_error=AssignorError(document["assignment_error"]),
+        last_rebalance_ms=document["last_rebalance_ms"],
+        last_trigger=document["last_trigger"],
+        pending_trigger=document["pending_trigger"],
+        next_probe_ms=document["next_probe_ms"],
+        next_probe_reason=document["next_probe_reason"],
+        members=tuple(members),
+    )
+
+
+def restore(document: dict[str, Any], settings: GroupSettings) -> Group:
+    """Rebuild a group from its stored document (``Group.from_snapshot`` decides what state it
+    comes back in)."""
+    return Group.from_snapshot(snapshot_from_document(document), settings)
 
 
 # ---- the SQLite store -----------------------------------------------------------------------------
@@ -245,7 +246,7 @@ class GroupStore:
         self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="group-store-writer")
 
     def request(self, group_id: str, snapshot: str) -> asyncio.Future:
-        """A future that resolves once ``snapshot`` (taken under the group's lock) or a later
+        """A future that resolves once ``snapshot`` (a ``Persist`` effect's state, encoded) or a later
         snapshot of the group is durable: writes coalesce to the latest."""
         future = asyncio.get_running_loop().create_future()
         _, waiters = self._dirty.get(group_id, ("", []))

@@ -1,7 +1,7 @@
 """The runtime carries out the state machine's effects (server.runtime, server.effects): the
 assignor runs holding no lock and its result comes back as an event of its own; a restored
-group's timers come from the state machine; a Persist's snapshot is the group's state once the
-handler is done."""
+group's timers come from the state machine; a Persist carries the group's state as its handler
+left it."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import threading
 
 import assignor
 from assignor.model import AssignmentConfig, TaskId
-from server.effects import ScheduleTimer, TimerKind
+from server.effects import ComputeAssignment, Persist, ScheduleTimer, TimerKind
 from server.group import Group, GroupSettings, GroupState, Member
 from server.model import (
     ErrorCode,
     HeartbeatRequest,
     JoinGroupRequest,
     LagReport,
+    LeaveGroupRequest,
     SourceTopic,
     StateStore,
     Subscription,
@@ -25,6 +26,7 @@ from server.model import (
     Topology,
 )
 from server.runtime import Coordinator
+from server.store import snapshot_document
 from server.timers import FakeClock
 
 TOPOLOGY = Topology((Subtopology(0, (SourceTopic("in", 4),), (StateStore("counts", logged=True),)),))
@@ -114,3 +116,23 @@ async def test_persist_hands_the_store_the_snapshot_of_the_finished_handler():
     group_id, document = store.requests[-1]
     assert group_id == "app" and document["generation"] == 1 and document["state"] == "CompletingRebalance"
     assert document["result"]["clients"]["process-m1"]["active"] == [str(TaskId(0, p)) for p in range(4)]
+
+
+def test_a_persist_carries_the_state_its_handler_left_and_later_changes_do_not_reach_it():
+    group = Group("app", GroupSettings(initial_rebalance_delay_ms=0))
+    compute = next(e for e in group.join(_join("m1"), 1, 0).effects if isinstance(e, ComputeAssignment))
+    problem = compute.inputs.build()
+    done = group.assignment_computed(1, problem, assignor.solve(problem), "", 1.0, 10)
+    (persist,) = [e for e in done.effects if isinstance(e, Persist)]
+    assert (persist.group_id, persist.snapshot.generation, persist.snapshot.state) == ("app", 1, "CompletingRebalance")
+    emitted = snapshot_document(persist.snapshot)
+    # The group moves on: a report raises an end offset, then the only member leaves.
+    report = LagReport(end_offsets={TaskId(0, 0): 500})
+    group.heartbeat(HeartbeatRequest("app", "m1", None, 1, report), 20)
+    left = group.leave(LeaveGroupRequest("app", "m1", None), 30)
+    assert group.end_offsets == {TaskId(0, 0): 500} and not group.members
+    assert snapshot_document(persist.snapshot) == emitted
+    assert [m.member_id for m in persist.snapshot.members] == ["m1"] and dict(persist.snapshot.end_offsets) == {}
+    (later,) = [e for e in left.effects if isinstance(e, Persist)]
+    assert (later.snapshot.generation, later.snapshot.state, later.snapshot.members) == (2, "Empty", ())
+    assert dict(later.snapshot.end_offsets) == {TaskId(0, 0): 500}
