@@ -1,4 +1,4 @@
-"""A member's assignment as the worker sees it, and the difference between two of them.
+"""The difference between two of a member's assignments (``assignor.cluster.MemberAssignment``).
 
 KIP-429's cooperative protocol hands a member what to revoke and what to start; the worker here
 gets the same through one callback with an ``AssignmentChange``: actives and standbys revoked and
@@ -9,41 +9,10 @@ Values only; ``client.member`` builds them from SyncGroup responses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 
-from assignor.model import HostInfo, TaskId
-
-
-def _empty() -> Mapping:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class MemberAssignment:
-    """One member's part of one generation's assignment, plus the group's host maps (KIP-535).
-
-    ``standby`` holds every standby replica the member must maintain, warm-ups included;
-    ``warmup`` flags the ones that exist only to move a task (a subset of ``standby``).
-    ``next_rebalance_ms`` is the wall-clock time of the scheduled probing rebalance, if any.
-    """
-
-    generation: int
-    active: tuple[TaskId, ...] = ()
-    standby: tuple[TaskId, ...] = ()
-    warmup: frozenset[TaskId] = frozenset()
-    next_rebalance_ms: int | None = None
-    active_by_host: Mapping[HostInfo, frozenset[TaskId]] = field(default_factory=_empty)
-    standby_by_host: Mapping[HostInfo, frozenset[TaskId]] = field(default_factory=_empty)
-
-    def all_tasks(self) -> frozenset[TaskId]:
-        return frozenset(self.active) | frozenset(self.standby)
-
-    @property
-    def configured_standby(self) -> tuple[TaskId, ...]:
-        return tuple(t for t in self.standby if t not in self.warmup)
-
+from assignor.cluster import MemberAssignment
+from assignor.model import TaskId
 
 EMPTY_ASSIGNMENT = MemberAssignment(generation=-1)
 

@@ -98,7 +98,7 @@ def _local_tls(args: argparse.Namespace):
 
 
 def run_sidecar(args: argparse.Namespace) -> int:
-    from client.assignment import HostInfo
+    from assignor.model import HostInfo
     from client.member import MemberConfig
     from client.sidecar import SidecarOptions, load_member_file, ready_line, serve_sidecar
     from remote_leader.tls import client_tls_from

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from assignor import STRATEGIES
+from assignor.cluster import AssignorError, ClusterMetadata, HostTasks, MemberAssignment
 from assignor.lag import Lag
-from assignor.model import AssignmentConfig, TaskId
-from client.assignment import HostInfo, MemberAssignment
-from client.topology import Topology
+from assignor.model import AssignmentConfig, HostInfo, TaskId
+from assignor.topology import Topology
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
 
@@ -49,8 +49,8 @@ def topology_to_proto(topology: Topology) -> pb.Topology:
     return pb.Topology(subtopologies=[
         pb.Subtopology(
             id=sub.id,
-            source_topics=[pb.SourceTopic(name=topic, partition_count=sub.partitions) for topic in sub.source_topics],
-            state_stores=[pb.StateStore(name=store.name, logged=store.logged) for store in sub.stores],
+            source_topics=[pb.SourceTopic(name=topic.name, partition_count=topic.partition_count) for topic in sub.source_topics],
+            state_stores=[pb.StateStore(name=store.name, logged=store.logged) for store in sub.state_stores],
         )
         for sub in topology.subtopologies
     ])
@@ -82,33 +82,54 @@ def lag_report(lags: Mapping[TaskId, Lag]) -> pb.LagReport:
     return pb.LagReport(task_lags=task_lags_to_proto(lags))
 
 
-def _host_tasks(entries: Iterable[pb.HostPartitions], topology: Topology) -> dict[HostInfo, frozenset[TaskId]]:
+def _host_tasks(entries: Iterable[pb.HostPartitions], topology: Topology) -> dict[HostInfo, tuple[str, frozenset[TaskId]]]:
     """KIP-535 ``partitionsByHost`` back to tasks: a store partition p of a store of subtopology
-    s, or a source-topic partition p of s, is task s_p."""
-    by_topic = {topic: sub.id for sub in topology.subtopologies for topic in sub.source_topics}
-    by_store = {store.name: sub.id for sub in topology.subtopologies for store in sub.stores}
-    result: dict[HostInfo, set[TaskId]] = {}
+    s, or a source-topic partition p of s, is task s_p. Each endpoint with its process id."""
+    by_topic = {topic.name: sub.id for sub in topology.subtopologies for topic in sub.source_topics}
+    by_store = {store.name: sub.id for sub in topology.subtopologies for store in sub.state_stores}
+    result: dict[HostInfo, tuple[str, set[TaskId]]] = {}
     for entry in entries:
         if not entry.HasField("host") or not entry.host.host:
             continue
-        tasks = result.setdefault(host_from_proto(entry.host), set())
+        _, tasks = result.setdefault(host_from_proto(entry.host), (entry.process_id, set()))
         for tp in entry.partitions:
             if tp.topic in by_topic:
                 tasks.add(TaskId(by_topic[tp.topic], tp.partition))
         for sp in entry.store_partitions:
             if sp.store in by_store:
                 tasks.add(TaskId(by_store[sp.store], sp.partition))
-    return {host: frozenset(tasks) for host, tasks in result.items()}
+    return {host: (process_id, frozenset(tasks)) for host, (process_id, tasks) in result.items()}
+
+
+def cluster_from_proto(message: pb.Assignment, topology: Topology) -> ClusterMetadata:
+    """The generation's cluster metadata from the two host maps, one ``HostTasks`` per endpoint."""
+    active = _host_tasks(message.partitions_by_host, topology)
+    standby = _host_tasks(message.standby_partitions_by_host, topology)
+    hosts = []
+    for host in sorted(set(active) | set(standby)):
+        active_pid, active_tasks = active.get(host, ("", frozenset()))
+        standby_pid, standby_tasks = standby.get(host, ("", frozenset()))
+        hosts.append(HostTasks(active_pid or standby_pid, host, tuple(sorted(active_tasks)), tuple(sorted(standby_tasks))))
+    return ClusterMetadata(topology, tuple(hosts))
+
+
+def _assignor_error(code: int) -> AssignorError:
+    try:
+        return AssignorError(code)
+    except ValueError:  # a newer leader's code: an error all the same
+        return AssignorError.ASSIGNMENT_ERROR
 
 
 def assignment_from_proto(message: pb.Assignment, generation: int, topology: Topology) -> MemberAssignment:
-    standby = tuple(sorted(task_from_proto(t.task) for t in message.standby_tasks))
+    """The member's assignment; ``topology`` is the member's own (it names the changelogs)."""
     return MemberAssignment(
         generation=generation,
         active=tuple(sorted(task_from_proto(t.task) for t in message.active_tasks)),
-        standby=standby,
+        standby=tuple(sorted(task_from_proto(t.task) for t in message.standby_tasks)),
         warmup=frozenset(task_from_proto(t.task) for t in message.standby_tasks if t.warmup),
         next_rebalance_ms=message.next_rebalance_ms if message.HasField("next_rebalance_ms") else None,
-        active_by_host=_host_tasks(message.partitions_by_host, topology),
-        standby_by_host=_host_tasks(message.standby_partitions_by_host, topology),
+        version=message.version,
+        commonly_supported_version=message.commonly_supported_version,
+        error=_assignor_error(message.error_code),
+        cluster=cluster_from_proto(message, topology),
     )

@@ -40,13 +40,13 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from assignor.lag import Lag
-from assignor.model import LATEST, UNKNOWN, AssignmentConfig, InvalidInput, StateStore, TaskId
+from assignor.model import LATEST, UNKNOWN, AssignmentConfig, HostInfo, InvalidInput, StateStore, TaskId
 from assignor.probing import Trigger
+from assignor.topology import Subtopology, Topology
 from client import codec
-from client.assignment import AssignmentChange, HostInfo
+from client.assignment import AssignmentChange
 from client.lags import LagInfo
 from client.member import GroupMember, MemberConfig, open_channel
-from client.topology import Subtopology, Topology
 from remote_leader.tls import PLAINTEXT, ClientTls
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
@@ -176,7 +176,7 @@ class SimulatedWorker:
         result: dict[str, dict[int, LagInfo]] = {}
         for task, position in self.position.items():
             sub = self.topology.subtopology(task.subtopology)
-            for store in sub.stores if sub else ():
+            for store in sub.state_stores if sub else ():
                 end = int(self.changelogs.end[task])
                 result.setdefault(store.name, {})[task.partition] = LagInfo(
                     end if task in self.running else int(position), end)
@@ -280,7 +280,7 @@ class Scene:
     tls: ClientTls | None = None
 
     def __post_init__(self) -> None:
-        self.changelogs = Changelogs(self.topology.tasks(), self.options.changelog_offsets, self.options.write_rate)
+        self.changelogs = Changelogs(self.topology.task_ids(), self.options.changelog_offsets, self.options.write_rate)
         self.config = AssignmentConfig(num_standby_replicas=1, acceptable_recovery_lag=self.options.acceptable_recovery_lag,
                                        max_warmup_replicas=2)
         self.channel = open_channel(self.server, tls=self.tls)
@@ -435,7 +435,7 @@ def active_counts(group: pb.GroupDescription) -> dict[str, int]:
 
 
 def _topology(partitions: int) -> Topology:
-    return Topology("demo", (Subtopology(0, ("orders",), partitions, (StateStore("counts"),)),))
+    return Topology.of("demo", (Subtopology.of(0, ("orders",), partitions, (StateStore("counts"),)),))
 
 
 async def _ticker(scenes: list[Scene]) -> None:
@@ -449,7 +449,7 @@ async def _ticker(scenes: list[Scene]) -> None:
 
 
 async def scale_out(scene: Scene, deadline: float, checks: list[tuple[bool, str]]) -> None:
-    tasks = scene.topology.tasks()
+    tasks = scene.topology.task_ids()
     scene.console.rule("[bold]KIP-441 Scaling Out[/]: 3 stateful tasks, 1 standby; I1 and I2 in sync, then I3 joins")
     for name in ("I1", "I2"):
         await scene.start_worker(name, seeded=tasks)
@@ -491,7 +491,7 @@ def choose_victim(group: pb.GroupDescription) -> str:
 
 
 async def scale_in(scene: Scene, deadline: float, checks: list[tuple[bool, str]], burst: int) -> None:
-    tasks = scene.topology.tasks()
+    tasks = scene.topology.task_ids()
     scene.console.rule("[bold]KIP-441 Scaling In (Pt. 2 – standbys lag nontrivially)[/]: 4 tasks, 1 standby, I1–I3")
     for name in ("I1", "I2", "I3"):
         await scene.start_worker(name, seeded=tasks)

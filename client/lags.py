@@ -26,8 +26,8 @@ import structlog
 
 from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, TaskId
+from assignor.topology import Topology
 from client.state import ChangelogPartition, StateDirectory
-from client.topology import Topology
 
 log = structlog.get_logger(__name__)
 
@@ -81,13 +81,13 @@ class CheckpointLagSource:
         tasks = []
         for task in self.directory.task_ids():
             sub = self.topology.subtopology(task.subtopology)
-            if sub is not None and sub.stateful and task.partition < sub.partitions:
+            if sub is not None and sub.stateful and task.partition < sub.partition_count:
                 tasks.append(task)
         return tuple(tasks)
 
     def _changelogs(self, task: TaskId) -> list[tuple[str, ChangelogPartition | None]]:
         sub = self.topology.subtopology(task.subtopology)
-        stores = sub.stores if sub is not None else ()
+        stores = sub.state_stores if sub is not None else ()
         result = []
         for store in stores:
             topic = self.topology.changelog_topic(store)

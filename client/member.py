@@ -37,21 +37,22 @@ from typing import Any
 import grpc
 import structlog
 
+from assignor.cluster import MemberAssignment
 from assignor.lag import Lag
-from assignor.model import AssignmentConfig, InvalidInput, Role, TaskId
+from assignor.model import AssignmentConfig, HostInfo, InvalidInput, Role, TaskId
+from assignor.topology import Topology
 from client import codec
-from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, HostInfo, MemberAssignment, diff
+from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, diff
 from client.coordinator import MOVED, CoordinatorLink
 from client.lags import LagInfo, LagSource
 from client.metadata import (
-    ClusterMetadata,
     KeyQueryMetadata,
     StreamPartitioner,
+    StreamsMetadataState,
     local_store_partition_lags,
     partition_for_key,
 )
 from client.state import StateCleanupLock
-from client.topology import Topology
 from remote_leader.tls import PLAINTEXT, ClientTls
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
@@ -265,7 +266,7 @@ class GroupMember:
         self.state = MemberState.CREATED
         self._version = LATEST_SUPPORTED_VERSION
         self._assignment = EMPTY_ASSIGNMENT
-        self._metadata: ClusterMetadata | None = None
+        self._metadata: StreamsMetadataState | None = None
         self._lock_held = False
         self._changed = asyncio.Event()
         self._closing = asyncio.Event()
@@ -297,7 +298,7 @@ class GroupMember:
         return self._assignment.all_tasks()
 
     @property
-    def metadata(self) -> ClusterMetadata | None:
+    def metadata(self) -> StreamsMetadataState | None:
         return self._metadata
 
     async def start(self) -> None:
@@ -542,7 +543,7 @@ class GroupMember:
         new = codec.assignment_from_proto(message, self.generation, self.config.topology)
         change = diff(self._assignment, new)
         self._assignment = new
-        self._metadata = ClusterMetadata(self.config.topology, new)
+        self._metadata = StreamsMetadataState(new.cluster)
         self.rebalances += 1
         self._log.info("member.assignment.received", generation=self.generation, member_id=self.member_id,
                        active=[str(t) for t in new.active], standby=[str(t) for t in new.standby],
@@ -624,7 +625,7 @@ class GroupMember:
         follow-up time current without a rebalance."""
         self._assignment = dataclasses.replace(self._assignment, next_rebalance_ms=next_rebalance_ms)
 
-    def _require_metadata(self) -> ClusterMetadata:
+    def _require_metadata(self) -> StreamsMetadataState:
         if self._metadata is None:
             raise MemberError("NO_ASSIGNMENT", "no assignment yet: metadata is built from the first one")
         return self._metadata

@@ -4,7 +4,8 @@ Every member receives the hosts of every active and standby task (KIP-535 "Assig
 ``standbyPartitionsByHost``"), so any instance can answer "who can serve this key?" locally:
 ``query_metadata_for_key`` (the active host, the standby hosts, the partition), the metadata of
 each host (``StreamsMetadata``: active and standby partitions and stores), and, for the local
-instance, ``all_local_store_partition_lags``. Choosing among the standbys by lag is the part
+instance, ``all_local_store_partition_lags``. ``StreamsMetadataState`` (Kafka Streams' name for
+the holder of these views) answers them from the generation's ``assignor.cluster.ClusterMetadata``. Choosing among the standbys by lag is the part
 KIP-535 leaves to the application; the server's ``RouteQuery`` RPC does it (``client.member``).
 
 The default partitioner is Kafka's: ``toPositive(murmur2(serialized key)) % partitions``
@@ -18,10 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from assignor.model import InvalidInput, TaskId
-from client.assignment import HostInfo, MemberAssignment
+from assignor.cluster import ClusterMetadata, MemberAssignment
+from assignor.model import HostInfo, InvalidInput, TaskId
+from assignor.topology import Topology
 from client.lags import LagInfo
-from client.topology import Topology
 
 _MASK32: Final = 0xFFFFFFFF
 _MURMUR2_SEED: Final = 0x9747B28C
@@ -109,9 +110,10 @@ def partition_for_key(
         raise InvalidInput("partitioner", "give a serializer or a partitioner, not both")
     sub, _ = topology.store(store)
     chosen = partitioner or default_partitioner(serializer or default_serializer)
-    partition = chosen(sub.source_topics[0], key, sub.partitions)
-    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < sub.partitions:
-        raise InvalidInput("partitioner", f"returned {partition!r}; expected 0..{sub.partitions - 1}")
+    partitions = sub.partition_count
+    partition = chosen(sub.source_topics[0].name, key, partitions)
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < partitions:
+        raise InvalidInput("partitioner", f"returned {partition!r}; expected 0..{partitions - 1}")
     return partition
 
 
@@ -139,24 +141,23 @@ class StreamsMetadata:
     standby_state_store_names: frozenset[str]
 
 
-class ClusterMetadata:
-    """The group's query metadata as of one assignment (immutable once built)."""
+class StreamsMetadataState:
+    """The group's query metadata as of one generation's cluster metadata (immutable once built)."""
 
-    def __init__(self, topology: Topology, assignment: MemberAssignment) -> None:
-        self.topology = topology
-        self.generation = assignment.generation
+    def __init__(self, cluster: ClusterMetadata) -> None:
+        self.topology = cluster.topology
+        active_by_host, standby_by_host = cluster.active_by_host(), cluster.standby_by_host()
         self._active_owner: dict[TaskId, HostInfo] = {}
         self._standby_hosts: dict[TaskId, list[HostInfo]] = {}
-        for host in sorted(assignment.active_by_host):
-            for task in assignment.active_by_host[host]:
+        for host in sorted(active_by_host):
+            for task in active_by_host[host]:
                 self._active_owner[task] = host
-        for host in sorted(assignment.standby_by_host):
-            for task in assignment.standby_by_host[host]:
+        for host in sorted(standby_by_host):
+            for task in standby_by_host[host]:
                 self._standby_hosts.setdefault(task, []).append(host)
-        hosts = sorted(set(assignment.active_by_host) | set(assignment.standby_by_host))
+        hosts = sorted(set(active_by_host) | set(standby_by_host))
         self._by_host = {
-            host: self._host_metadata(host, frozenset(assignment.active_by_host.get(host, ())),
-                                      frozenset(assignment.standby_by_host.get(host, ())))
+            host: self._host_metadata(host, active_by_host.get(host, frozenset()), standby_by_host.get(host, frozenset()))
             for host in hosts
         }
 
@@ -166,7 +167,7 @@ class ClusterMetadata:
             for task in tasks:
                 sub = self.topology.subtopology(task.subtopology)
                 if sub is not None:
-                    result.update((topic, task.partition) for topic in sub.source_topics)
+                    result.update((topic.name, task.partition) for topic in sub.source_topics)
             return frozenset(result)
 
         def stores(tasks: frozenset[TaskId]) -> frozenset[str]:
@@ -174,7 +175,7 @@ class ClusterMetadata:
             for task in tasks:
                 sub = self.topology.subtopology(task.subtopology)
                 if sub is not None:
-                    result.update(store.name for store in sub.stores)
+                    result.update(store.name for store in sub.state_stores)
             return frozenset(result)
 
         return StreamsMetadata(host, active, standby, partitions(active), partitions(standby),
@@ -204,8 +205,9 @@ class ClusterMetadata:
 
     def query_metadata_for_partition(self, store: str, partition: int) -> KeyQueryMetadata:
         sub, _ = self.topology.store(store)
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < sub.partitions:
-            raise InvalidInput("partition", f"expected 0..{sub.partitions - 1} for store {store!r}, got {partition!r}")
+        partitions = sub.partition_count
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < partitions:
+            raise InvalidInput("partition", f"expected 0..{partitions - 1} for store {store!r}, got {partition!r}")
         task = TaskId(sub.id, partition)
         return KeyQueryMetadata(self._active_owner.get(task), tuple(self._standby_hosts.get(task, ())), partition, task)
 

@@ -24,14 +24,15 @@ import grpc
 import structlog
 import yaml
 
+from assignor.cluster import MemberAssignment
 from assignor.lag import Lag
 from assignor.model import AssignmentConfig, InvalidInput, StateStore, TaskId
+from assignor.topology import Subtopology, Topology
 from client import codec
-from client.assignment import AssignmentChange, MemberAssignment
+from client.assignment import AssignmentChange
 from client.lags import CheckpointLagSource, LagInfo, StaticLagSource
 from client.member import GroupMember, MemberConfig, MemberError, RoutingError
 from client.state import StateCleaner, StateDirectory
-from client.topology import Subtopology, Topology
 from remote_leader.sidecar.v1 import sidecar_pb2 as spb
 from remote_leader.sidecar.v1 import sidecar_pb2_grpc as spb_grpc
 from remote_leader.tls import ClientTls
@@ -51,9 +52,9 @@ def assignment_to_proto(member: GroupMember, assignment: MemberAssignment) -> sp
         standby=codec.tasks_to_proto(assignment.standby),
         warmup=codec.tasks_to_proto(assignment.warmup),
         active_by_host=[spb.HostTasks(host=codec.host_to_proto(h), tasks=codec.tasks_to_proto(t))
-                        for h, t in sorted(assignment.active_by_host.items())],
+                        for h, t in sorted(assignment.cluster.active_by_host().items())],
         standby_by_host=[spb.HostTasks(host=codec.host_to_proto(h), tasks=codec.tasks_to_proto(t))
-                         for h, t in sorted(assignment.standby_by_host.items())],
+                         for h, t in sorted(assignment.cluster.standby_by_host().items())],
     )
     if assignment.next_rebalance_ms is not None:
         message.next_rebalance_ms = assignment.next_rebalance_ms
@@ -290,8 +291,8 @@ def parse_member_document(document: Any) -> tuple[Topology, AssignmentConfig]:
         topics = raw.get("source_topics")
         if not isinstance(topics, list):
             raise InvalidInput(f"{where}.source_topics", "expected a list of topic names")
-        subs.append(Subtopology(raw.get("id"), tuple(topics), raw.get("partitions"), tuple(stores)))
-    topology = Topology(document.get("application_id"), tuple(subs))
+        subs.append(Subtopology.of(raw.get("id"), topics, raw.get("partitions"), stores))
+    topology = Topology.of(document.get("application_id"), subs)
     raw_config = document.get("config") or {}
     if not isinstance(raw_config, Mapping):
         raise InvalidInput("config", "expected an object")

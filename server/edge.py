@@ -25,9 +25,20 @@ import grpc
 from google.protobuf import message_factory
 
 from assignor import STRATEGIES
+from assignor.cluster import AssignorError, ClusterMetadata, MemberAssignment
 from assignor.lag import UNKNOWN, Lag
-from assignor.model import AssignmentConfig, AssignmentResult, AssignorKind, InvalidInput, Role, TaskId
+from assignor.model import (
+    AssignmentConfig,
+    AssignmentResult,
+    AssignorKind,
+    HostInfo,
+    InvalidInput,
+    Role,
+    StateStore,
+    TaskId,
+)
 from assignor.scenario import parse_problem
+from assignor.topology import SourceTopic, Subtopology, Topology
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
@@ -46,24 +57,16 @@ from server.limits import (
 from server.model import (
     RUNNING_OFFSET_SUM,
     STANDBY_HOSTS_VERSION,
-    AssignorError,
-    ClusterMetadata,
     ErrorCode,
     GroupView,
     HeartbeatRequest,
-    HostInfo,
     JoinGroupRequest,
     LagReport,
     LeaveGroupRequest,
-    MemberAssignment,
     NotCoordinator,
     ReplicaInfo,
-    SourceTopic,
-    StateStore,
     Subscription,
-    Subtopology,
     SyncGroupRequest,
-    Topology,
 )
 from server.runtime import Coordinator
 
@@ -444,9 +447,9 @@ def assignment_to_proto(assignment: MemberAssignment) -> pb.Assignment:
     mark_warmups = assignment.version >= STANDBY_HOSTS_VERSION
     for task in assignment.active:
         msg.active_tasks.add(task=task_to_proto(task), partitions=_partitions(topology, task))
-    warmups = set(assignment.warmup)
-    for task in sorted(set(assignment.standby) | warmups):
-        msg.standby_tasks.add(task=task_to_proto(task), partitions=_partitions(topology, task), warmup=mark_warmups and task in warmups)
+    for task in assignment.standby:
+        msg.standby_tasks.add(task=task_to_proto(task), partitions=_partitions(topology, task),
+                              warmup=mark_warmups and task in assignment.warmup)
     return msg
 
 

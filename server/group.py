@@ -27,16 +27,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from assignor.cluster import AssignorError, ClusterMetadata, HostTasks, MemberAssignment
 from assignor.lag import UNKNOWN, Lag
 from assignor.model import (
     AssignmentConfig,
     AssignmentProblem,
     AssignmentResult,
     ClientAssignment,
+    HostInfo,
     Role,
     TaskId,
 )
 from assignor.probing import Probe, ProbingSettings, early_probe, followup_probe
+from assignor.topology import Topology
 from server.effects import (
     AppendRebalanceLog,
     CancelTimer,
@@ -51,22 +54,17 @@ from server.effects import (
 )
 from server.model import (
     LATEST_SUPPORTED_VERSION,
-    AssignorError,
-    ClusterMetadata,
     ErrorCode,
     GroupOverview,
     GroupSnapshot,
     GroupView,
     HeartbeatRequest,
     HeartbeatResponse,
-    HostInfo,
-    HostTasks,
     JoinGroupRequest,
     JoinGroupResponse,
     LagReport,
     LeaveGroupRequest,
     LeaveGroupResponse,
-    MemberAssignment,
     MemberSnapshot,
     MemberView,
     QueryHost,
@@ -74,7 +72,6 @@ from server.model import (
     Subscription,
     SyncGroupRequest,
     SyncGroupResponse,
-    Topology,
     Trigger,
 )
 from server.problem import ClientReport, ProblemInputs
@@ -643,14 +640,9 @@ class Group:
         for member in sorted(self.members.values(), key=lambda m: m.process_id):
             assignment = self._client_assignment(member.process_id)
             hosts.append(
-                HostTasks(
-                    member.process_id,
-                    member.endpoint,
-                    assignment.active,
-                    tuple(sorted(set(assignment.standby) | set(assignment.warmup))),
-                )
+                HostTasks(member.process_id, member.endpoint, assignment.active, _with_warmups(assignment))
             )
-        self.cluster = ClusterMetadata(self.generation, topology, tuple(hosts))
+        self.cluster = ClusterMetadata(topology, tuple(hosts))
 
     def _client_assignment(self, process_id: str) -> ClientAssignment:
         if self.result is None:
@@ -750,15 +742,16 @@ class Group:
         error = self.assignment_error
         if error is AssignorError.NONE and member.version > self.protocol_version:
             error = AssignorError.VERSION_PROBING
-        cluster = self.cluster or ClusterMetadata(self.generation, self.topology or Topology(()), ())
+        cluster = self.cluster or ClusterMetadata(self.topology or Topology(()))
         return MemberAssignment(
+            generation=self.generation,
+            active=assignment.active,
+            standby=_with_warmups(assignment),
+            warmup=frozenset(assignment.warmup),
+            next_rebalance_ms=self.next_probe_ms,
             version=self.protocol_version,
             commonly_supported_version=self.protocol_version,
-            active=assignment.active,
-            standby=assignment.standby,
-            warmup=assignment.warmup,
             error=error,
-            next_rebalance_ms=self.next_probe_ms,
             cluster=cluster,
         )
 
@@ -939,6 +932,14 @@ class Group:
             hosts.append(QueryHost(pid, member.endpoint, role.value, lag, age))
         hosts.sort(key=lambda h: (h.lag.known_offsets, h.process_id))
         return RouteAnswer(ErrorCode.NONE, "", task, tuple(hosts))
+
+
+def _with_warmups(assignment: ClientAssignment) -> tuple[TaskId, ...]:
+    """A member's standbys as the member sees them: warm-ups included (KIP-441 "Rejected
+    Alternatives": a warm-up is a standby for the worker), sorted."""
+    if not assignment.warmup:
+        return assignment.standby
+    return tuple(sorted(set(assignment.standby) | set(assignment.warmup)))
 
 
 _MESSAGES: Mapping[ErrorCode, str] = {

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from assignor.lag import Lag
 from assignor.model import AssignmentConfig, AssignmentProblem, AssignmentResult, ClientState, TaskId
+from assignor.topology import Topology
 from server.memory import with_remembered_tasks
-from server.model import Topology
 
 
 @dataclass(frozen=True, slots=True)

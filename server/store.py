@@ -21,25 +21,19 @@ from typing import Any, Protocol
 import aiosqlite
 import structlog
 
+from assignor.cluster import AssignorError
 from assignor.lag import Lag
 from assignor.model import (
     AssignmentConfig,
     AssignmentProblem,
+    HostInfo,
+    StateStore,
     TaskId,
 )
 from assignor.scenario import parse_result, problem_to_document, result_to_document
+from assignor.topology import SourceTopic, Subtopology, Topology
 from server.group import Group, GroupSettings
-from server.model import (
-    AssignorError,
-    GroupSnapshot,
-    HostInfo,
-    LagReport,
-    MemberSnapshot,
-    SourceTopic,
-    StateStore,
-    Subtopology,
-    Topology,
-)
+from server.model import GroupSnapshot, LagReport, MemberSnapshot
 from server.observability import compact_json
 
 SNAPSHOT_SCHEMA = 1

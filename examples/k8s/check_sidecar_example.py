@@ -55,7 +55,7 @@ def _topology_text(path: str, container: dict, pod: dict, config_maps: dict[str,
 
 
 def check_container(container: dict, pod: dict, config_maps: dict[str, dict]) -> None:
-    from client.assignment import HostInfo
+    from assignor.model import HostInfo
     from client.sidecar import parse_member_document
     from remote_leader.cli import build_parser
 

@@ -10,10 +10,9 @@ import grpc
 import pytest
 import structlog
 
-from assignor.model import AssignmentConfig, StateStore
-from client.assignment import HostInfo
+from assignor.model import AssignmentConfig, HostInfo, StateStore
+from assignor.topology import Subtopology, Topology
 from client.member import GroupMember, MemberConfig
-from client.topology import Subtopology, Topology
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
 from server.app import LeaderServer, Settings
@@ -65,7 +64,7 @@ async def leader(tmp_path):
 
 
 def topology(partitions: int = 6) -> Topology:
-    return Topology("app", (Subtopology(0, ("orders",), partitions, (StateStore("counts"),)),))
+    return Topology.of("app", (Subtopology.of(0, ("orders",), partitions, (StateStore("counts"),)),))
 
 
 def member_config(group: str, index: int, partitions: int = 6, standbys: int = 1, **overrides) -> MemberConfig:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from assignor.model import InvalidInput, TaskId
-from client.assignment import EMPTY_ASSIGNMENT, HostInfo, MemberAssignment, diff
+from assignor.cluster import MemberAssignment
+from assignor.model import HostInfo, InvalidInput, TaskId
+from client.assignment import EMPTY_ASSIGNMENT, diff
 
 T1, T2, T3, T4 = (TaskId(0, p) for p in range(1, 5))
 

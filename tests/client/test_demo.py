@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from assignor.cluster import MemberAssignment
 from assignor.lag import Lag
 from assignor.model import LATEST, StateStore, TaskId
-from client.assignment import EMPTY_ASSIGNMENT, MemberAssignment, diff
+from assignor.topology import Subtopology, Topology
+from client.assignment import EMPTY_ASSIGNMENT, diff
 from client.demo import Changelogs, DemoOptions, SimulatedWorker, choose_victim, run, warmup_status
-from client.topology import Subtopology, Topology
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
 
 T = [TaskId(0, p) for p in range(4)]
-TOPOLOGY = Topology("demo", (Subtopology(0, ("orders",), 4, (StateStore("counts"),)),))
+TOPOLOGY = Topology.of("demo", (Subtopology.of(0, ("orders",), 4, (StateStore("counts"),)),))
 
 
 def worker(restore_rate=1_000, write_rate=0):

@@ -6,15 +6,15 @@ import pytest
 
 from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, StateStore, TaskId
+from assignor.topology import Subtopology, Topology
 from client.lags import CheckpointLagSource, LagInfo
 from client.state import StateDirectory, parse_checkpoint, render_checkpoint
-from client.topology import Subtopology, Topology
 
-TOPOLOGY = Topology("app", (
-    Subtopology(0, ("orders",), 3, (StateStore("counts"), StateStore("totals", changelog_topic="totals-log"))),
-    Subtopology(1, ("clicks",), 2, (StateStore("cache", logged=False),)),
-    Subtopology(2, ("mixed",), 1, (StateStore("logged"), StateStore("scratch", logged=False))),
-    Subtopology(3, ("raw",), 2),  # stateless
+TOPOLOGY = Topology.of("app", (
+    Subtopology.of(0, ("orders",), 3, (StateStore("counts"), StateStore("totals", changelog_topic="totals-log"))),
+    Subtopology.of(1, ("clicks",), 2, (StateStore("cache", logged=False),)),
+    Subtopology.of(2, ("mixed",), 1, (StateStore("logged"), StateStore("scratch", logged=False))),
+    Subtopology.of(3, ("raw",), 2),  # stateless
 ))
 END_OFFSETS = {
     ("app-counts-changelog", 0): 1000, ("totals-log", 0): 500,
@@ -110,16 +110,16 @@ def test_corrupt_checkpoint_names_the_file(text):
 
 
 @pytest.mark.parametrize(("subtopologies", "field"), [
-    pytest.param((Subtopology(0, ("t",), 0),), "topology.subtopologies[0].partitions", id="zero-partitions"),
-    pytest.param((Subtopology(0, ("t",), 1), Subtopology(0, ("u",), 1)), "topology.subtopologies[1].id",
+    pytest.param((Subtopology.of(0, ("t",), 0),), "topology.subtopologies[0].partitions", id="zero-partitions"),
+    pytest.param((Subtopology.of(0, ("t",), 1), Subtopology.of(0, ("u",), 1)), "topology.subtopologies[1].id",
                  id="duplicate-subtopology"),
-    pytest.param((Subtopology(0, (), 1),), "topology.subtopologies[0].source_topics", id="no-source-topic"),
-    pytest.param((Subtopology(0, ("t",), 1, (StateStore("s"),)), Subtopology(1, ("u",), 1, (StateStore("s"),))),
+    pytest.param((Subtopology.of(0, (), 1),), "topology.subtopologies[0].source_topics", id="no-source-topic"),
+    pytest.param((Subtopology.of(0, ("t",), 1, (StateStore("s"),)), Subtopology.of(1, ("u",), 1, (StateStore("s"),))),
                  "topology.subtopologies[1].stores", id="store-in-two-subtopologies"),
 ])
 def test_topology_validation_names_the_field(subtopologies, field):
     with pytest.raises(InvalidInput) as error:
-        Topology("app", subtopologies)
+        Topology.of("app", subtopologies)
     assert error.value.field == field
 
 

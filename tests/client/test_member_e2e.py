@@ -9,16 +9,15 @@ import time
 
 import pytest
 
-from assignor.model import LATEST, Role, StateStore, TaskId
-from client.assignment import HostInfo
+from assignor.model import LATEST, HostInfo, Role, StateStore, TaskId
+from assignor.topology import Subtopology, Topology
 from client.lags import CheckpointLagSource, StaticLagSource
 from client.member import GroupMember, MemberError, RoutingError, route_query
 from client.state import StateCleaner, StateDirectory
-from client.topology import Subtopology, Topology
 from remote_leader.v1.group_leader_pb2_grpc import GroupLeaderStub
 from tests.client.conftest import SESSION_MS, close_all, member_config, start_leader, topology
 
-ALL = frozenset(topology(6).tasks())
+ALL = frozenset(topology(6).task_ids())
 
 
 async def join(leader, group: str, count: int, lags=None, **overrides) -> list[GroupMember]:
@@ -55,7 +54,7 @@ async def test_members_receive_disjoint_complete_assignments(leader):
         # KIP-535: every member sees the same host maps, with every active where it runs
         hosts = {m.config.endpoint: frozenset(m.assignment.active) for m in members}
         for m in members:
-            assert dict(m.assignment.active_by_host) == hosts
+            assert m.assignment.cluster.active_by_host() == hosts
     finally:
         await close_all(members)
 
@@ -232,7 +231,7 @@ async def test_static_member_that_will_come_back_keeps_its_place(leader):
 
 async def test_a_newcomer_with_another_topology_is_refused_with_a_clear_error(leader):
     members = await join(leader, "g", 1, partitions=2)
-    other = Topology("app", (Subtopology(0, ("orders",), 2, (StateStore("other-store"),)),))
+    other = Topology.of("app", (Subtopology.of(0, ("orders",), 2, (StateStore("other-store"),)),))
     stranger = GroupMember(leader.address, member_config("g", 3, topology=other), StaticLagSource())
     try:
         await converged(members)
@@ -263,7 +262,7 @@ async def test_member_rides_through_a_server_restart(tmp_path):
         await asyncio.sleep(1.0)
         await converged(members)
         assert all(m.error is None for m in members)
-        assert set().union(*(set(m.assignment.active) for m in members)) == frozenset(topology(2).tasks())
+        assert set().union(*(set(m.assignment.active) for m in members)) == frozenset(topology(2).task_ids())
     finally:
         await close_all(members)
         await server.stop(grace_s=0.2)

@@ -6,18 +6,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from assignor.model import InvalidInput, StateStore, TaskId
-from client.assignment import HostInfo, MemberAssignment
+from assignor.cluster import ClusterMetadata, HostTasks, MemberAssignment
+from assignor.model import HostInfo, InvalidInput, StateStore, TaskId
+from assignor.topology import Subtopology, Topology
 from client.lags import LagInfo
 from client.metadata import (
-    ClusterMetadata,
+    StreamsMetadataState,
     default_partitioner,
     int32_serializer,
     local_store_partition_lags,
     murmur2,
     to_positive,
 )
-from client.topology import Subtopology, Topology
 
 # Kafka's own vectors: clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2.
 KAFKA_MURMUR2_VECTORS = [
@@ -55,19 +55,20 @@ def test_default_partition_is_in_range(key, partitions):
     assert 0 <= default_partitioner()("t", key, partitions) < partitions
 
 
-TOPOLOGY = Topology("app", (
-    Subtopology(0, ("orders",), 4, (StateStore("counts"),)),
-    Subtopology(1, ("clicks",), 2, (StateStore("sessions", logged=False),)),
+TOPOLOGY = Topology.of("app", (
+    Subtopology.of(0, ("orders",), 4, (StateStore("counts"),)),
+    Subtopology.of(1, ("clicks",), 2, (StateStore("sessions", logged=False),)),
 ))
 A, B, C = HostInfo("a", 1), HostInfo("b", 2), HostInfo("c", 3)
 ASSIGNMENT = MemberAssignment(
     generation=3,
     active=(TaskId(0, 0), TaskId(0, 1)),
     standby=(TaskId(0, 2),),
-    active_by_host={A: frozenset({TaskId(0, 0), TaskId(0, 1), TaskId(1, 0)}),
-                    B: frozenset({TaskId(0, 2), TaskId(0, 3), TaskId(1, 1)})},
-    standby_by_host={A: frozenset({TaskId(0, 2)}), C: frozenset({TaskId(0, 0), TaskId(0, 3)}),
-                     B: frozenset({TaskId(0, 0)})},
+    cluster=ClusterMetadata(TOPOLOGY, (
+        HostTasks("a", A, active=(TaskId(0, 0), TaskId(0, 1), TaskId(1, 0)), standby=(TaskId(0, 2),)),
+        HostTasks("b", B, active=(TaskId(0, 2), TaskId(0, 3), TaskId(1, 1)), standby=(TaskId(0, 0),)),
+        HostTasks("c", C, active=(), standby=(TaskId(0, 0), TaskId(0, 3))),
+    )),
 )
 
 
@@ -78,18 +79,18 @@ ASSIGNMENT = MemberAssignment(
     pytest.param("sessions", 1, B, (), id="unlogged-store"),
 ])
 def test_query_metadata_for_partition(store, partition, active, standbys):
-    meta = ClusterMetadata(TOPOLOGY, ASSIGNMENT).query_metadata_for_partition(store, partition)
+    meta = StreamsMetadataState(ASSIGNMENT.cluster).query_metadata_for_partition(store, partition)
     assert (meta.active_host, meta.standby_hosts, meta.partition) == (active, standbys, partition)
 
 
 def test_query_metadata_for_key_uses_kafka_default_partitioner():
     # murmur2(b"21") & 0x7fffffff = 1173551340, % 4 = 0 -> task 0_0: active A, standbys B and C
-    meta = ClusterMetadata(TOPOLOGY, ASSIGNMENT).query_metadata_for_key("counts", "21")
+    meta = StreamsMetadataState(ASSIGNMENT.cluster).query_metadata_for_key("counts", "21")
     assert (meta.partition, meta.task, meta.active_host, meta.standby_hosts) == (0, TaskId(0, 0), A, (B, C))
 
 
 def test_query_metadata_for_key_with_a_given_partitioner():
-    meta = ClusterMetadata(TOPOLOGY, ASSIGNMENT).query_metadata_for_key(
+    meta = StreamsMetadataState(ASSIGNMENT.cluster).query_metadata_for_key(
         "counts", 42, partitioner=lambda topic, key, n: key % n)
     assert (meta.partition, meta.active_host) == (2, B)
 
@@ -97,7 +98,7 @@ def test_query_metadata_for_key_with_a_given_partitioner():
 def test_query_metadata_for_int_key_with_integer_serializer():
     # IntegerSerializer(1) = 00 00 00 01; the partition follows from murmur2 of those bytes
     expected = to_positive(murmur2(b"\x00\x00\x00\x01")) % 4
-    meta = ClusterMetadata(TOPOLOGY, ASSIGNMENT).query_metadata_for_key("counts", 1, serializer=int32_serializer)
+    meta = StreamsMetadataState(ASSIGNMENT.cluster).query_metadata_for_key("counts", 1, serializer=int32_serializer)
     assert meta.partition == expected
 
 
@@ -108,23 +109,23 @@ def test_query_metadata_for_int_key_with_integer_serializer():
 ])
 def test_bad_queries_name_the_field(kwargs, field):
     with pytest.raises(InvalidInput) as error:
-        ClusterMetadata(TOPOLOGY, ASSIGNMENT).query_metadata_for_key(**kwargs)
+        StreamsMetadataState(ASSIGNMENT.cluster).query_metadata_for_key(**kwargs)
     assert error.value.field == field
 
 
 def test_metadata_per_host_lists_active_and_standby_partitions_and_stores():
-    meta = ClusterMetadata(TOPOLOGY, ASSIGNMENT).metadata_for_host(A)
+    meta = StreamsMetadataState(ASSIGNMENT.cluster).metadata_for_host(A)
     assert meta.topic_partitions == {("orders", 0), ("orders", 1), ("clicks", 0)}
     assert meta.standby_topic_partitions == {("orders", 2)}
     assert meta.state_store_names == {"counts", "sessions"}
     assert meta.standby_state_store_names == {"counts"}
-    c = ClusterMetadata(TOPOLOGY, ASSIGNMENT).metadata_for_host(C)
+    c = StreamsMetadataState(ASSIGNMENT.cluster).metadata_for_host(C)
     assert (c.active_tasks, c.state_store_names, c.standby_state_store_names) == (frozenset(), frozenset(), {"counts"})
-    assert ClusterMetadata(TOPOLOGY, ASSIGNMENT).metadata_for_host(HostInfo("z", 9)) is None
+    assert StreamsMetadataState(ASSIGNMENT.cluster).metadata_for_host(HostInfo("z", 9)) is None
 
 
 def test_all_metadata_for_store():
-    hosts = [m.host for m in ClusterMetadata(TOPOLOGY, ASSIGNMENT).all_metadata_for_store("sessions")]
+    hosts = [m.host for m in StreamsMetadataState(ASSIGNMENT.cluster).all_metadata_for_store("sessions")]
     assert hosts == [A, B]
 
 

@@ -6,12 +6,12 @@ import pytest
 
 from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, StateStore, TaskId
+from assignor.topology import Subtopology, Topology
 from client.lags import LagInfo
 from client.sidecar import SidecarLagSource, parse_member_document
 from client.state import StateDirectory
-from client.topology import Subtopology, Topology
 
-TOPOLOGY = Topology("app", (Subtopology(0, ("orders",), 2, (StateStore("counts"),)),))
+TOPOLOGY = Topology.of("app", (Subtopology.of(0, ("orders",), 2, (StateStore("counts"),)),))
 
 
 def test_with_a_state_dir_the_sidecar_computes_lags_from_checkpoints(tmp_path):
@@ -47,8 +47,8 @@ def test_member_document_with_config():
                            "stores": ["a", {"name": "b", "logged": False}, {"name": "c", "changelog_topic": "c-log"}]}],
         "config": {"num_standby_replicas": 2},
     })
-    assert [s.logged for s in topology.subtopologies[0].stores] == [True, False, True]
-    assert topology.changelog_topic(topology.subtopologies[0].stores[2]) == "c-log"
+    assert [s.logged for s in topology.subtopologies[0].state_stores] == [True, False, True]
+    assert topology.changelog_topic(topology.subtopologies[0].state_stores[2]) == "c-log"
     assert config.num_standby_replicas == 2
 
 

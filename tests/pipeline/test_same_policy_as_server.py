@@ -21,26 +21,18 @@ from assignor.model import (
     AssignmentProblem,
     AssignmentResult,
     ClientState,
+    StateStore,
     TaskId,
     TaskSpec,
     TopicPartition,
 )
 from assignor.scenario import problem_to_document, result_to_document
+from assignor.topology import SourceTopic, Subtopology, Topology
 from pipeline import simulation
 from pipeline.simulation import Member, Rates, RunSpec, ScalingEvent, SimConfig
 from server.effects import ComputeAssignment
 from server.group import Group, GroupSettings, GroupState
-from server.model import (
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LagReport,
-    SourceTopic,
-    StateStore,
-    Subscription,
-    Subtopology,
-    SyncGroupRequest,
-    Topology,
-)
+from server.model import HeartbeatRequest, JoinGroupRequest, LagReport, Subscription, SyncGroupRequest
 
 CHANGELOGS = (200_000, 900_000, 400_000, 1_250_000, 350_000, 700_000, 1_000_000, 450_000)
 TASKS = tuple(TaskSpec(TaskId(0, p), True, size, (TopicPartition("in", p),)) for p, size in enumerate(CHANGELOGS))

@@ -18,11 +18,11 @@ from pathlib import Path
 import grpc
 import psycopg
 
-from assignor.model import AssignmentConfig, StateStore, TaskId
-from client.assignment import AssignmentChange, HostInfo
+from assignor.model import AssignmentConfig, HostInfo, StateStore, TaskId
+from assignor.topology import Subtopology, Topology
+from client.assignment import AssignmentChange
 from client.lags import StaticLagSource
 from client.member import GroupMember, MemberConfig, MemberState
-from client.topology import Subtopology, Topology
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
 from tests.pg_server import free_port
@@ -166,7 +166,7 @@ class Cluster:
 
 
 def topology(partitions: int) -> Topology:
-    return Topology("app", (Subtopology(0, ("orders",), partitions, (StateStore("counts"),)),))
+    return Topology.of("app", (Subtopology.of(0, ("orders",), partitions, (StateStore("counts"),)),))
 
 
 @dataclass

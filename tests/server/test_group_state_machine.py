@@ -15,7 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import assignor
 from assignor.lag import Lag
-from assignor.model import AssignmentConfig, TaskId
+from assignor.model import AssignmentConfig, StateStore, TaskId
+from assignor.topology import SourceTopic, Subtopology, Topology
 from server.effects import CancelTimer, ComputeAssignment, Reply, ScheduleTimer, TimerKind
 from server.group import Group, GroupSettings, GroupState
 from server.model import (
@@ -25,12 +26,8 @@ from server.model import (
     JoinGroupResponse,
     LagReport,
     LeaveGroupRequest,
-    SourceTopic,
-    StateStore,
     Subscription,
-    Subtopology,
     SyncGroupRequest,
-    Topology,
 )
 
 PARTITIONS = 4

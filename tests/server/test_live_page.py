@@ -13,10 +13,9 @@ import uuid
 import aiohttp
 import pytest
 
-from assignor.model import AssignmentConfig, StateStore
-from client.assignment import HostInfo
+from assignor.model import AssignmentConfig, HostInfo, StateStore
+from assignor.topology import Subtopology, Topology
 from client.member import GroupMember, MemberConfig, open_channel
-from client.topology import Subtopology, Topology
 from remote_leader.pki import DevCa
 from remote_leader.tls import ClientTls
 from server.app import LeaderServer, Settings
@@ -25,7 +24,7 @@ from server.web.history import PageHistory, summarize
 
 FAST = {"listen": "127.0.0.1:0", "initial_rebalance_delay_ms": 100, "min_session_timeout_ms": 500,
         "min_probe_interval_ms": 200, "drain_timeout_s": 1.0, "log_level": "warning"}
-TOPOLOGY = Topology("orders", (Subtopology(0, ("orders",), 4, (StateStore("counts"),)),))
+TOPOLOGY = Topology.of("orders", (Subtopology.of(0, ("orders",), 4, (StateStore("counts"),)),))
 
 
 def free_port() -> int:

@@ -11,16 +11,15 @@ import socket
 import time
 import uuid
 
-from assignor.model import AssignmentConfig, StateStore
-from client.assignment import HostInfo
+from assignor.model import AssignmentConfig, HostInfo, StateStore
+from assignor.topology import Subtopology, Topology
 from client.demo import Changelogs, SimulatedWorker
 from client.member import GroupMember, MemberConfig, open_channel
-from client.topology import Subtopology, Topology
 from server.app import LeaderServer, Settings
 from tests.browser import Browser
 
 GROUP = "orders-app"
-TOPOLOGY = Topology("orders", (Subtopology(0, ("orders",), 6, (StateStore("counts"),)),))
+TOPOLOGY = Topology.of("orders", (Subtopology.of(0, ("orders",), 6, (StateStore("counts"),)),))
 CONFIG = AssignmentConfig(num_standby_replicas=1, acceptable_recovery_lag=2_000, max_warmup_replicas=2)
 
 
@@ -35,7 +34,7 @@ class Workers:
 
     def __init__(self, address: str) -> None:
         self.channel = open_channel(address)
-        self.changelogs = Changelogs(TOPOLOGY.tasks(), initial=60_000, write_rate=100)
+        self.changelogs = Changelogs(TOPOLOGY.task_ids(), initial=60_000, write_rate=100)
         self.workers: dict[str, SimulatedWorker] = {}
         self._ticker = asyncio.create_task(self._tick())
 
@@ -52,7 +51,7 @@ class Workers:
     async def start(self, name: str, seeded: bool) -> SimulatedWorker:
         worker = SimulatedWorker(name, TOPOLOGY, self.changelogs, restore_rate=6_000)
         if seeded:
-            worker.seed_caught_up(TOPOLOGY.tasks())
+            worker.seed_caught_up(TOPOLOGY.task_ids())
         config = MemberConfig(group_id=GROUP, topology=TOPOLOGY, group_instance_id=name,
                               process_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"browser-test/{name}")),
                               endpoint=HostInfo(f"10.1.0.{len(self.workers) + 1}", 8080),

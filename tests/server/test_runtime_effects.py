@@ -10,7 +10,8 @@ import json
 import threading
 
 import assignor
-from assignor.model import AssignmentConfig, TaskId
+from assignor.model import AssignmentConfig, StateStore, TaskId
+from assignor.topology import SourceTopic, Subtopology, Topology
 from server.effects import ComputeAssignment, Persist, ScheduleTimer, TimerKind
 from server.group import Group, GroupSettings, GroupState, Member
 from server.model import (
@@ -19,11 +20,7 @@ from server.model import (
     JoinGroupRequest,
     LagReport,
     LeaveGroupRequest,
-    SourceTopic,
-    StateStore,
     Subscription,
-    Subtopology,
-    Topology,
 )
 from server.runtime import Coordinator
 from server.store import snapshot_document
