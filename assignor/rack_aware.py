@@ -221,8 +221,4 @@ def optimize_standbys(
     if not view.reason:
         traffic = (view.stateful_cross, view.racks, stateful_costs(config))
     anchors = group.prev_standby_holders if config.assignor == AssignorKind.STICKY else standbys
-    caught_up = None
-    if ranking is not None:
-        caught_up = {t: frozenset(c for c, rank in ranks.items() if rank == 0)
-                     for t, ranks in ranking.holders.items() if 0 in ranks.values()}
-    return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic, caught_up)
+    return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic, ranking)

@@ -63,6 +63,8 @@ import numpy as np
 from assignor.flow import FUNNEL_PAIRS, FlowGraph, split_exactly
 
 BIG = 1 << 40
+UNCAPPED_ROUNDS = 2  # solves of the uncapped relaxation, each guarding the pairs whose caps its direct arcs broke
+UNCAPPED_SHARE = 16  # tried when at most 1 row in this many has special clients besides its target
 PERTURBATION = 16  # range of the last tie-break: per (class, rack), and per row
 DEAL_PREFIX = 16  # preferences read per dealt task; more only when they are all taken
 DEAL_CHUNK = 1 << 14  # (task, client) hashes computed at once: within the CPU's fast caches
@@ -137,6 +139,28 @@ class PlacementProblem:
 def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = None) -> np.ndarray:
     """The optimal assignment (task index -> client index) on the tasks x racks graph.
 
+    Under balance_subtopology's caps, when few tasks have special clients besides their target
+    (a fresh group, stateless tasks), first without its (subtopology, client) layer
+    (``_solve_uncapped``): a relaxation with the same prices, exact whenever its flow can be
+    dealt within the caps, as it then almost always can; else with the layer (``solve_capped``).
+    Tasks moving to an anchor or holder instead often meet a full pair, so those go to the
+    layer at once.
+    """
+    if not len(problem.target):
+        return np.zeros(0, dtype=np.int64)
+    keys, _, _ = _caps(problem)
+    rows = _Rows(problem, keys)
+    if problem.caps is not None and own_nodes is None and UNCAPPED_SHARE * int(rows.several.sum()) <= len(rows.rows):
+        assignment = _solve_uncapped(problem, rows)
+        if assignment is not None:
+            return assignment
+    return solve_capped(problem, own_nodes, rows)
+
+
+def solve_capped(problem: PlacementProblem, own_nodes: np.ndarray | None = None, rows: _Rows | None = None
+                 ) -> np.ndarray:
+    """The optimal assignment (task index -> client index) on the tasks x racks graph.
+
     Tasks alike in every price (same target, anchor, holder, subtopology and cross-rack counts)
     are interchangeable: they form one *row*. Rows of the same subtopology and cross-rack
     counts form one *class*, priced alike on every client that is special to none of them: one
@@ -160,29 +184,18 @@ def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = N
     if tasks == 0:
         return np.zeros(0, dtype=np.int64)
     keys, key_count, caps = _caps(problem)
-    row_of, rows, sizes = _group(np.column_stack([keys, problem.cross, problem.target, problem.anchor,
-                                                  problem.holders]))
-    target, anchor, holder = problem.target[rows], problem.anchor[rows], problem.holders[rows]
-    row_key, row_cross = keys[rows], problem.cross[rows]
-    class_table = np.column_stack([row_key, row_cross])
-    class_of, classes, _ = _group(class_table)
-    class_sizes = np.bincount(class_of, weights=sizes, minlength=len(classes)).astype(np.int64)
-    class_key, cross = row_key[classes], row_cross[classes]
-    count = len(classes)
-    other = (anchor >= 0) & (anchor != target)
-    third = (holder >= 0) & (holder != target) & (holder != anchor)
-    several = other | third
-    scale = problem.tie_scale
+    rows = rows if rows is not None else _Rows(problem, keys)
     graph = FlowGraph()
-    class_nodes = np.asarray(graph.nodes(count))
+    class_nodes = np.asarray(graph.nodes(rows.count))
     # A row with several special clients hangs off its class through a node of its own.
-    row_nodes = class_nodes[class_of]
-    row_nodes[several] = graph.nodes(int(several.sum()))
+    row_nodes = class_nodes[rows.class_of]
+    row_nodes[rows.several] = graph.nodes(int(rows.several.sum()))
     key_rack = np.asarray(graph.nodes(key_count * racks)).reshape(key_count, racks)
     needed = np.zeros((key_count, clients), dtype=bool)  # pairs with a node: a direct arc lands there
-    needed[row_key, target] = True
-    needed[row_key[other], anchor[other]] = True
-    needed[row_key[third], holder[third]] = True
+    other, third = rows.other, rows.third
+    needed[rows.row_key, rows.target] = True
+    needed[rows.row_key[other], rows.anchor[other]] = True
+    needed[rows.row_key[third], rows.holder[third]] = True
     if own_nodes is None:  # funnels when they would serve many pairs
         own_nodes = np.full(clients, needed.size - int(needed.sum()) < FUNNEL_PAIRS)
     needed |= own_nodes[None, :]
@@ -191,28 +204,9 @@ def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = N
     key_client[pair_key, pair_client] = graph.nodes(len(pair_key))
     client_nodes = np.asarray(graph.nodes(clients))
     sink = graph.node()
-    graph.supplies(class_nodes, class_sizes)
+    graph.supplies(class_nodes, rows.class_sizes)
     graph.supply(sink, -tasks)
-
-    # Rack arcs: the price of any client of the rack that is special to none of the class.
-    generic = scale * (problem.traffic_cost * cross + problem.non_overlap_cost) + 3 * problem.miss_scale
-    generic = generic + _perturbation(_row_hash(class_table[classes])[:, None], np.arange(1, racks + 1))
-    rack_arcs = graph.arcs(np.repeat(class_nodes, racks), key_rack[class_key].ravel(),
-                           np.repeat(class_sizes, racks), generic.ravel())
-    # Per row, its perturbation on the one arc all its staying tasks take: the stay arc, or the
-    # arc into its own node; then direct arcs to the target and, if other clients, the anchor
-    # and the holder, at their exact price.
-    perturbation = _perturbation(_row_hash(np.column_stack([row_key, row_cross, target, anchor, holder])), 0)
-    graph.arcs(class_nodes[class_of[several]], row_nodes[several], sizes[several], perturbation[several])
-    stay_price = _price(problem, row_cross, target, anchor, holder, target)
-    target_arcs = graph.arcs(row_nodes, key_client[row_key, target], sizes,
-                             stay_price + np.where(several, 0, perturbation))
-    anchor_arcs = graph.arcs(row_nodes[other], key_client[row_key[other], anchor[other]], sizes[other],
-                             _price(problem, row_cross[other], target[other], anchor[other], holder[other],
-                                    anchor[other]))
-    holder_arcs = graph.arcs(row_nodes[third], key_client[row_key[third], holder[third]], sizes[third],
-                             _price(problem, row_cross[third], target[third], anchor[third], holder[third],
-                                    holder[third]))
+    arcs = rows.arcs(graph, class_nodes, row_nodes, key_rack[rows.class_key], key_client)
     # Rack node -> its clients, then the subtopology cap, then the client's slots.
     pair_caps = np.asarray(caps)[pair_key, pair_client]
     spread = graph.arcs(key_rack[pair_key, problem.client_rack[pair_client]], key_client[pair_key, pair_client],
@@ -225,35 +219,165 @@ def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = N
     slots_left[pair_key, pair_client] = graph.flows(spread)
     fed = funnels.split(graph, slots_left)
     if fed is not None:  # a second round takes the fed clients out of the funnels, a third all of them
-        return solve_compressed(problem, own_nodes | fed if not own_nodes.any() else np.ones(clients, dtype=bool))
-
-    row_count = len(rows)
-    to_target = graph.flows(target_arcs)
-    to_anchor = np.zeros(row_count, dtype=np.int64)
-    to_anchor[other] = graph.flows(anchor_arcs)
-    to_holder = np.zeros(row_count, dtype=np.int64)
-    to_holder[third] = graph.flows(holder_arcs)
-    to_rack = graph.flows(rack_arcs).reshape(count, racks)
-    # Each row's tasks, in task order, take its direct flow in turn: target, anchor, holder
-    # (all rows at once: a task's place within its row says which arc's flow it takes).
-    assignment = np.full(tasks, -1, dtype=np.int64)
-    members, place = _places(row_of, sizes)
-    row = row_of[members]
-    first = to_target[row]
-    second = first + to_anchor[row]
-    third_end = second + to_holder[row]
-    assignment[members] = np.select([place < first, place < second, place < third_end],
-                                    [target[row], anchor[row], holder[row]], -1)
-    # The rest of each class, in task order, take its rack arcs' flow in rack order: any
-    # pairing is exact, as every rack arc prices all the class's tasks alike.
-    pool = np.flatnonzero(assignment < 0)
-    pool_class = class_of[row_of[pool]]
-    pool_members, pool_place = _places(pool_class, np.bincount(pool_class, minlength=count))
-    rack_ends = np.cumsum(to_rack, axis=1)[pool_class[pool_members]]
-    via_rack = np.full(tasks, -1, dtype=np.int64)
-    via_rack[pool[pool_members]] = (rack_ends <= pool_place[:, None]).sum(axis=1)
+        return solve_capped(problem, own_nodes | fed if not own_nodes.any() else np.ones(clients, dtype=bool), rows)
+    assignment, via_rack = rows.decode(graph, arcs)
     _deal(problem, keys, via_rack, slots_left, assignment)
     return assignment
+
+
+def _solve_uncapped(problem: PlacementProblem, rows: _Rows) -> np.ndarray | None:
+    """balance_subtopology without its (subtopology, client) layer: rack arcs end at one node
+    per rack, direct arcs at the client; classes and rows keep their subtopology, so every
+    price and perturbation is the capped graph's. A relaxation: its optimum costs at most the
+    capped one, and when its assignment also keeps every cap, it is the capped optimum.
+
+    Direct arcs fix where their tasks go; the rest reach clients through their rack, where any
+    pairing of a class's tasks with its rack's free slots costs what the flow says. Those are
+    dealt within the caps left (``_deal_within_caps``, as ``_deal`` by rendezvous), or, if that
+    greedy pass is stuck, by a split found exactly by a max flow; None when no split exists.
+    """
+    racks, clients = problem.cross.shape[1], len(problem.client_rack)
+    keys, key_count, caps = _caps(problem)
+    caps = np.asarray(caps, dtype=np.int64)
+    guarded = np.zeros(caps.shape, dtype=bool)
+    for _ in range(UNCAPPED_ROUNDS):
+        assignment, via_rack, free = _uncapped_round(problem, rows, guarded, caps)
+        placed = assignment >= 0
+        caps_left = caps.copy()
+        np.subtract.at(caps_left, (keys[placed], assignment[placed]), 1)
+        over = caps_left < 0
+        if not over.any():
+            break
+        guarded |= over
+    else:
+        return None
+    if _deal_within_caps(problem, keys, via_rack, free, caps_left.copy(), assignment):
+        return assignment
+    assignment[via_rack >= 0] = -1
+    dealt = via_rack >= 0
+    supply = np.bincount(keys[dealt] * racks + via_rack[dealt], minlength=key_count * racks)
+    pair_key, pair_client = np.nonzero(caps_left)
+    units = split_exactly(supply, free, pair_key * racks + problem.client_rack[pair_client], pair_client,
+                          caps_left[pair_key, pair_client])
+    if units is None:
+        return None
+    slots_left = np.zeros((key_count, clients), dtype=np.int64)
+    slots_left[pair_key, pair_client] = units
+    _deal(problem, keys, via_rack, slots_left, assignment)
+    return assignment
+
+
+def _uncapped_round(problem: PlacementProblem, rows: _Rows, guarded: np.ndarray,
+                    caps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One solve of ``_solve_uncapped``: direct arcs into a ``guarded`` (subtopology, client)
+    pair pass its cap on the way; (assignment by direct arcs, rack of the others, free slots
+    per client left for those)."""
+    tasks, racks = problem.cross.shape
+    clients = len(problem.client_rack)
+    graph = FlowGraph()
+    class_nodes = np.asarray(graph.nodes(rows.count))
+    row_nodes = class_nodes[rows.class_of]
+    row_nodes[rows.several] = graph.nodes(int(rows.several.sum()))
+    rack_nodes = np.asarray(graph.nodes(racks))
+    client_nodes = np.asarray(graph.nodes(clients))
+    key_client = np.tile(client_nodes, (len(caps), 1))
+    pair_key, pair_client = np.nonzero(guarded)
+    key_client[pair_key, pair_client] = graph.nodes(len(pair_key))
+    sink = graph.node()
+    graph.supplies(class_nodes, rows.class_sizes)
+    graph.supply(sink, -tasks)
+    arcs = rows.arcs(graph, class_nodes, row_nodes, np.broadcast_to(rack_nodes, (rows.count, racks)), key_client)
+    graph.arcs(key_client[pair_key, pair_client], client_nodes[pair_client], caps[pair_key, pair_client], 0)
+    spread = graph.arcs(rack_nodes[problem.client_rack], client_nodes, BIG, 0)
+    graph.arcs(client_nodes, sink, problem.slots, 0)
+    graph.solve()
+    assignment, via_rack = rows.decode(graph, arcs)
+    return assignment, via_rack, graph.flows(spread).astype(np.int64)
+
+
+class _Rows:
+    """Tasks grouped into rows and classes (``solve_compressed``), and the arcs that leave them:
+    what the capped and the uncapped graphs share."""
+
+    def __init__(self, problem: PlacementProblem, keys: np.ndarray) -> None:
+        self.problem = problem
+        self.row_of, self.rows, self.sizes = _group(np.column_stack([keys, problem.cross, problem.target,
+                                                                     problem.anchor, problem.holders]))
+        rows = self.rows
+        self.target, self.anchor, self.holder = problem.target[rows], problem.anchor[rows], problem.holders[rows]
+        self.row_key, self.row_cross = keys[rows], problem.cross[rows]
+        self.class_table = np.column_stack([self.row_key, self.row_cross])
+        self.class_of, self.classes, _ = _group(self.class_table)
+        self.class_sizes = np.bincount(self.class_of, weights=self.sizes, minlength=len(self.classes)).astype(np.int64)
+        self.class_key = self.row_key[self.classes]
+        self.count = len(self.classes)
+        self.other = (self.anchor >= 0) & (self.anchor != self.target)
+        self.third = (self.holder >= 0) & (self.holder != self.target) & (self.holder != self.anchor)
+        self.several = self.other | self.third
+
+    def arcs(self, graph: FlowGraph, class_nodes: np.ndarray, row_nodes: np.ndarray, class_racks: np.ndarray,
+             key_client: np.ndarray) -> tuple[range, range, range, range]:
+        """Rack arcs (class -> ``class_racks[class, rack]``), then the rows' arcs to their special
+        clients (-> ``key_client[key, client]``): (rack, target, anchor, holder) arcs."""
+        problem, racks = self.problem, self.row_cross.shape[1]
+        row_key, row_cross, target, anchor, holder = self.row_key, self.row_cross, self.target, self.anchor, \
+            self.holder
+        other, third, several, class_of = self.other, self.third, self.several, self.class_of
+        # Rack arcs: the price of any client of the rack that is special to none of the class.
+        cross = row_cross[self.classes]
+        generic = problem.tie_scale * (problem.traffic_cost * cross + problem.non_overlap_cost) \
+            + 3 * problem.miss_scale
+        generic = generic + _perturbation(_row_hash(self.class_table[self.classes])[:, None], np.arange(1, racks + 1))
+        rack_arcs = graph.arcs(np.repeat(class_nodes, racks), class_racks.ravel(),
+                               np.repeat(self.class_sizes, racks), generic.ravel())
+        # Per row, its perturbation on the one arc all its staying tasks take: the stay arc, or
+        # the arc into its own node; then direct arcs to the target and, if other clients, the
+        # anchor and the holder, at their exact price.
+        perturbation = _perturbation(_row_hash(np.column_stack([row_key, row_cross, target, anchor, holder])), 0)
+        graph.arcs(class_nodes[class_of[several]], row_nodes[several], self.sizes[several], perturbation[several])
+        stay_price = _price(problem, row_cross, target, anchor, holder, target)
+        target_arcs = graph.arcs(row_nodes, key_client[row_key, target], self.sizes,
+                                 stay_price + np.where(several, 0, perturbation))
+        anchor_arcs = graph.arcs(row_nodes[other], key_client[row_key[other], anchor[other]], self.sizes[other],
+                                 _price(problem, row_cross[other], target[other], anchor[other], holder[other],
+                                        anchor[other]))
+        holder_arcs = graph.arcs(row_nodes[third], key_client[row_key[third], holder[third]], self.sizes[third],
+                                 _price(problem, row_cross[third], target[third], anchor[third], holder[third],
+                                        holder[third]))
+        return rack_arcs, target_arcs, anchor_arcs, holder_arcs
+
+    def decode(self, graph: FlowGraph, arcs: tuple[range, range, range, range]) -> tuple[np.ndarray, np.ndarray]:
+        """(assignment of the tasks that take a direct arc, -1 elsewhere; the rack each other task
+        reaches its client through, -1 for the former)."""
+        rack_arcs, target_arcs, anchor_arcs, holder_arcs = arcs
+        row_of, sizes, class_of = self.row_of, self.sizes, self.class_of
+        tasks, racks = self.problem.cross.shape
+        row_count = len(self.rows)
+        to_target = graph.flows(target_arcs)
+        to_anchor = np.zeros(row_count, dtype=np.int64)
+        to_anchor[self.other] = graph.flows(anchor_arcs)
+        to_holder = np.zeros(row_count, dtype=np.int64)
+        to_holder[self.third] = graph.flows(holder_arcs)
+        to_rack = graph.flows(rack_arcs).reshape(self.count, racks)
+        # Each row's tasks, in task order, take its direct flow in turn: target, anchor, holder
+        # (all rows at once: a task's place within its row says which arc's flow it takes).
+        assignment = np.full(tasks, -1, dtype=np.int64)
+        members, place = _places(row_of, sizes)
+        row = row_of[members]
+        first = to_target[row]
+        second = first + to_anchor[row]
+        third_end = second + to_holder[row]
+        assignment[members] = np.select([place < first, place < second, place < third_end],
+                                        [self.target[row], self.anchor[row], self.holder[row]], -1)
+        # The rest of each class, in task order, take its rack arcs' flow in rack order: any
+        # pairing is exact, as every rack arc prices all the class's tasks alike.
+        pool = np.flatnonzero(assignment < 0)
+        pool_class = class_of[row_of[pool]]
+        pool_members, pool_place = _places(pool_class, np.bincount(pool_class, minlength=self.count))
+        rack_ends = np.cumsum(to_rack, axis=1)[pool_class[pool_members]]
+        via_rack = np.full(tasks, -1, dtype=np.int64)
+        via_rack[pool[pool_members]] = (rack_ends <= pool_place[:, None]).sum(axis=1)
+        return assignment, via_rack
 
 
 class _Funnels:
@@ -391,9 +515,60 @@ def _deal(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, slo
         slots_left[group_key] = free
 
 
+def _deal_within_caps(problem: PlacementProblem, keys: np.ndarray, via_rack: np.ndarray, free: np.ndarray,
+                      caps_left: np.ndarray, assignment: np.ndarray) -> bool:
+    """``_deal`` where a client's ``free`` slots are shared by every subtopology, each within its
+    ``caps_left[key, client]`` (the uncapped graph). A task whose target (then anchor, then
+    holder) has room in its rack goes there; the others, in task order within their rack, take
+    the client they rank highest by rendezvous hashing among those with room for them. False
+    when a task finds none (greedy can be stuck where a split exists).
+    """
+    dealt = np.flatnonzero(via_rack >= 0)
+    rack, key = via_rack[dealt], keys[dealt]
+    client_free = free.tolist()
+    waiting = np.flatnonzero(~_take_specials(problem, dealt, rack, key, caps_left, assignment, client_free))
+    order = np.argsort(rack[waiting], kind="stable")
+    waiting = waiting[order]
+    bounds = np.flatnonzero(np.diff(rack[waiting])) + 1
+    task_ids = problem.task_ids if problem.task_ids is not None else np.arange(len(keys), dtype=np.uint64)
+    client_ids = problem.client_ids if problem.client_ids is not None else np.arange(len(problem.client_rack),
+                                                                                      dtype=np.uint64)
+    left = caps_left.tolist()
+    for group in np.split(waiting, bounds) if len(waiting) else ():
+        tasks = dealt[group]
+        members = np.flatnonzero((problem.client_rack == rack[group[0]]) & (free > 0))
+        member_list = members.tolist()
+        rows = max(1, DEAL_CHUNK // max(1, len(members)))
+        for start in range(0, len(tasks), rows):
+            chunk = tasks[start:start + rows]
+            hashes = _mix(task_ids[chunk][:, None] * np.uint64(0x9E3779B97F4A7C15) ^ client_ids[members][None, :])
+            ranked = _ascending_columns(~hashes)  # highest hash first
+            for row, (task, task_key) in enumerate(zip(chunk.tolist(), keys[chunk].tolist(), strict=True)):
+                room = left[task_key]
+                client = _first_with_room(client_free, room, member_list, ranked[row, :DEAL_PREFIX].tolist())
+                if client < 0:
+                    client = _first_with_room(client_free, room, member_list, ranked[row, DEAL_PREFIX:].tolist())
+                    if client < 0:
+                        return False
+                client_free[client] -= 1
+                room[client] -= 1
+                assignment[task] = client
+    return True
+
+
+def _first_with_room(free: list[int], room: list[int], members: list[int], positions: list[int]) -> int:
+    """The first of ``members[positions]`` with a free slot and room under its cap, or -1."""
+    for position in positions:
+        client = members[position]
+        if free[client] > 0 and room[client] > 0:
+            return client
+    return -1
+
+
 def _take_specials(problem: PlacementProblem, dealt: np.ndarray, rack: np.ndarray, key: np.ndarray,
-                   slots_left: np.ndarray, assignment: np.ndarray) -> np.ndarray:
-    """Place, in task order, dealt tasks on a special client with a slot left in their rack node.
+                   slots_left: np.ndarray, assignment: np.ndarray, client_free: list[int] | None = None) -> np.ndarray:
+    """Place, in task order, dealt tasks on a special client with a slot left in their rack node
+    (and, given ``client_free``, a free slot on the client, as ``_deal_within_caps`` shares them).
 
     Returns which of ``dealt`` were placed. Only a task that sees such a slot before any is
     taken can get one (slots only fill up), so the loop visits those alone.
@@ -409,8 +584,11 @@ def _take_specials(problem: PlacementProblem, dealt: np.ndarray, rack: np.ndarra
                specials[candidates].tolist(), strict=True)
     for index, task_rack, task_key, task_specials in rows:
         for special in task_specials:
-            if special >= 0 and client_rack[special] == task_rack and left[task_key][special] > 0:
+            if special >= 0 and client_rack[special] == task_rack and left[task_key][special] > 0 \
+                    and (client_free is None or client_free[special] > 0):
                 left[task_key][special] -= 1
+                if client_free is not None:
+                    client_free[special] -= 1
                 assignment[dealt[index]] = special
                 placed[index] = True
                 break

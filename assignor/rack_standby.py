@@ -23,13 +23,16 @@ partner checks keeps adversarial groups fast (``SEARCH_BUDGET``).
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import operator
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 import numpy as np
 
 from assignor.model import TaskId
 from assignor.rack_flow import index_of
+from assignor.ranking import Ranking
 from assignor.target import Group
 
 SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
@@ -41,8 +44,7 @@ class _Standbys:
     """The private, mutable builder: standby holders by task and tasks by client, as indices."""
 
     def __init__(self, group: Group, actives: Mapping[TaskId, str], standbys: Mapping[TaskId, tuple[str, ...]],
-                 location: Mapping[str, tuple[str, ...]],
-                 caught_up: Mapping[TaskId, frozenset[str]] | None = None) -> None:
+                 location: Mapping[str, tuple[str, ...]], ranking: Ranking | None = None) -> None:
         self.clients = group.clients
         client_index = index_of(self.clients)
         self.tasks = tuple(t for t in group.stateful if standbys.get(t))
@@ -65,11 +67,21 @@ class _Standbys:
         # has one standby (swaps keep every task's count, so this never changes).
         self.active_loc = np.array([self.loc[a] for a in self.active], dtype=np.int64).reshape(len(self.tasks), len(values))
         self.single = np.array([len(h) == 1 for h in self.holders], dtype=bool)
-        nobody: frozenset[int] = frozenset()
-        self.ready = None if caught_up is None else [
-            frozenset(client_index[c] for c in caught_up[t] if c in client_index) if t in caught_up else nobody
-            for t in self.tasks
-        ]
+        # Readiness (``Ranking.caught_up``, with the high-availability assignor only): per task,
+        # the clients caught up on it; for a task whose whole changelog is within the acceptable
+        # lag every client reporting nothing is caught up too, so ``everywhere_but`` holds the
+        # few that are not (reported lags beyond it) instead.
+        self.ready: list[frozenset[int]] | None = None
+        self.everywhere_but: dict[int, frozenset[int]] = {}
+        if ranking is not None:
+            self.ready = []
+            for task, task_id in enumerate(self.tasks):
+                ranks = ranking.holders.get(task_id, {})
+                if ranking.absent[task_id] == 0:
+                    self.everywhere_but[task] = frozenset(client_index[c] for c, rank in ranks.items() if rank)
+                    self.ready.append(frozenset())
+                else:
+                    self.ready.append(frozenset(client_index[c] for c, rank in ranks.items() if rank == 0))
         # Per client, the standbys on it that still restore there, and the tasks caught up on
         # it (only with ``ready``): what ``_partner_candidates`` narrows the search to.
         self.restoring: list[set[int]] = [set() for _ in self.clients]
@@ -80,17 +92,24 @@ class _Standbys:
                 for client in self.ready[task]:
                     self.ready_on[client].add(task)
                 for client in holders:
-                    if client not in self.ready[task]:
+                    if not self.ready_for(task, client):
                         self.restoring[client].add(task)
                         self.restoring_at[self.loc[client]].add(client)
         self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
+        self.losses: _Losses | None = None  # built by the first partner search that needs it
+
+    def ready_for(self, task: int, client: int) -> bool:
+        """Is ``client`` caught up on ``task``? (Only with readiness: ``ready`` not None.)"""
+        exceptions = self.everywhere_but.get(task)
+        return client in self.ready[task] if exceptions is None else client not in exceptions
 
     def restores_more(self, task: int, client: int, other: int, other_client: int) -> bool:
         """Would swapping put more of the two standbys on clients that must restore them?"""
         if self.ready is None:
             return False
-        before = (client not in self.ready[task]) + (other_client not in self.ready[other])
-        after = (other_client not in self.ready[task]) + (client not in self.ready[other])
+        ready = self.ready_for
+        before = (not ready(task, client)) + (not ready(other, other_client))
+        after = (not ready(task, other_client)) + (not ready(other, client))
         return after > before
 
     def spread(self, task: int, holder_locs: list[tuple[int, ...]]) -> int:
@@ -120,6 +139,8 @@ class _Standbys:
     def swap(self, task: int, client: int, other: int, other_client: int) -> None:
         """``task`` moves from ``client`` to ``other_client``, ``other`` the opposite way."""
         for who, leave, arrive in ((task, client, other_client), (other, other_client, client)):
+            if self.losses is not None:
+                self.losses.remove(who)
             holders = self.holders[who]
             holders[holders.index(leave)] = arrive
             holders.sort()
@@ -128,11 +149,13 @@ class _Standbys:
             self.restoring[leave].discard(who)
             if not self.restoring[leave]:
                 self.restoring_at[self.loc[leave]].discard(leave)
-            if self.ready is not None and arrive not in self.ready[who]:
+            if self.ready is not None and not self.ready_for(who, arrive):
                 self.restoring[arrive].add(who)
                 self.restoring_at[self.loc[arrive]].add(arrive)
             self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
             self.swapped.add(who)
+            if self.losses is not None:
+                self.losses.add(who)
 
     def result(self, standbys: Mapping[TaskId, tuple[str, ...]]) -> dict[TaskId, tuple[str, ...]]:
         """The input with the swapped tasks' standbys replaced (in client order)."""
@@ -149,10 +172,11 @@ def spread_and_swap_standbys(
     location: Mapping[str, tuple[str, ...]],
     anchors: Mapping[TaskId, Collection[str]],
     traffic: tuple[np.ndarray, list[str], tuple[int, int]] | None,
-    caught_up: Mapping[TaskId, frozenset[str]] | None = None,
+    ranking: Ranking | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
-    """Spread standbys (by ``location``), then, given ``traffic``, swap them for less of it."""
-    state = _Standbys(group, actives, standbys, location, caught_up)
+    """Spread standbys (by ``location``), then, given ``traffic``, swap them for less of it;
+    given ``ranking``, never so that more of them must restore (module docstring)."""
+    state = _Standbys(group, actives, standbys, location, ranking)
     if not state.tasks:
         return dict(standbys)
     pricing = None
@@ -215,10 +239,19 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     members = state.members[cls]
     start = state.cursor[cls]
     arriving = state.loc[client]
+    if state.losses is None:
+        state.losses = _Losses(state)
+    below = state.losses.below(cls, arriving, gain)
     for other_client in _members_to_scan(state, task, client, cls, start):
         if not state.may_take(task, other_client):
             continue
-        for other in sorted(_partner_candidates(state, task, client, other_client)):
+        candidates = _partner_candidates(state, task, client, other_client)
+        if below is not None:
+            fitting = [tasks for by_client in below if (tasks := by_client.get(other_client))]
+            if not fitting:
+                continue
+            candidates = candidates & (fitting[0] if len(fitting) == 1 else set().union(*fitting))
+        for other in sorted(candidates):
             state.budget -= 1
             if state.budget < 0:
                 return None
@@ -231,6 +264,52 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     return None
 
 
+class _Losses:
+    """Every standby slot by how much its task's spread would worsen were it moved elsewhere.
+
+    ``_find_partner`` needs a partner whose loss is below the mover's gain; most searches that
+    fail do so on exactly that (a task stuck with two standbys in one location finds every
+    partner worse off for the trade). For each (location a slot is at, location it would move
+    to), slots are filed by their loss, client -> tasks, and kept up to date on every swap, so
+    such a search visits only the clients holding a slot that could accept. Narrowing only:
+    the search meets the same partners in the same order, minus those that fail on loss.
+    """
+
+    def __init__(self, state: _Standbys) -> None:
+        self.state = state
+        self.slots: dict[tuple, dict[int, dict[int, set[int]]]] = {}
+        self.filed: list[list[tuple[tuple, int, int]]] = [[] for _ in state.tasks]
+        for task in range(len(state.tasks)):
+            self.add(task)
+
+    def add(self, task: int) -> None:
+        state = self.state
+        filed = self.filed[task]
+        score = state.scores[task]
+        for client in state.holders[task]:
+            here = state.loc[client]
+            for there in state.classes:
+                if there != here:
+                    loss = state.spread_if(task, client, there) - score
+                    key = (here, there)
+                    self.slots.setdefault(key, {}).setdefault(loss, {}).setdefault(client, set()).add(task)
+                    filed.append((key, loss, client))
+
+    def remove(self, task: int) -> None:
+        for key, loss, client in self.filed[task]:
+            by_client = self.slots[key][loss]
+            tasks = by_client[client]
+            tasks.discard(task)
+            if not tasks:
+                del by_client[client]
+        self.filed[task] = []
+
+    def below(self, here: tuple, there: tuple, gain: int) -> list[dict[int, set[int]]] | None:
+        """The slots at ``here`` whose loss moving to ``there`` is below ``gain``: client -> tasks,
+        one mapping per loss (a handful of distinct values)."""
+        return [by_client for loss, by_client in self.slots.get((here, there), {}).items() if loss < gain and by_client]
+
+
 def _members_to_scan(state: _Standbys, task: int, client: int, cls: tuple[int, ...], start: int) -> list[int]:
     """The clients at ``cls`` where ``_partner_candidates`` can be non-empty, in scan order
     (from ``start``, rotating). Without readiness, all of them. With it, a client qualifies if
@@ -239,7 +318,7 @@ def _members_to_scan(state: _Standbys, task: int, client: int, cls: tuple[int, .
     restoring standby: in a caught-up group a handful instead of the whole location.
     """
     members = state.members[cls]
-    if state.ready is None:
+    if state.ready is None or state.everywhere_but:  # the latter: ready_on lists explicit readiness only
         return members[start:] + members[:start]
     loc, ready, holders = state.loc, state.ready, state.holders
     caught_up_here = client in ready[task]
@@ -266,7 +345,7 @@ def _partner_candidates(state: _Standbys, task: int, client: int, other_client: 
     that leaves few or none, instead of every standby on the client.
     """
     on_there = state.on_client[other_client]
-    if state.ready is None:
+    if state.ready is None or state.everywhere_but:
         return on_there
     ready = state.ready[task]
     slack = (client not in ready) - (other_client not in ready)
@@ -329,11 +408,14 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
             partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
             used = [False] * len(partners)
             first = 0
+            ready_partners = _ReadyPartners(state, partners, used) if state.ready and not state.everywhere_but else None
             for delta_t, task, client in movers:
                 while first < len(partners) and used[first]:
                     first += 1
                 tried = 0
-                for index in range(first, len(partners)):
+                indices = range(first, len(partners)) if ready_partners is None \
+                    else ready_partners.allowed(task, client, first)
+                for index in indices:
                     delta_u, other, other_client = partners[index]
                     if delta_t + delta_u >= 0 or tried == LOOKAHEAD:
                         break
@@ -342,12 +424,65 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
                     if other_client not in state.holders[other]:
                         used[index] = True
                         continue
+                    if state.restores_more(task, client, other, other_client):
+                        continue  # never a candidate: not counted against the lookahead
                     tried += 1
                     if _traffic_swap_ok(state, pricing, task, client, other, other_client):
                         state.swap(task, client, other, other_client)
                         used[index] = changed = True
                         break
     return changed
+
+
+class _ReadyPartners:
+    """The partners (sorted (delta, task, client) slots) that readiness can let trade with a mover.
+
+    With a = [mover restoring where it is], b = [partner restoring where it is], c = [partner's
+    client not ready for the mover], d = [mover's client not ready for the partner], a swap is
+    allowed only if c + d <= a + b (``restores_more``). A restoring mover may take any restoring
+    partner; every other allowed pair has c = 0 (the partner sits on a client caught up on the
+    mover) or d = 0 (the partner is caught up on the mover's client): *special* pairs, found
+    through the few clients caught up on each task. In a caught-up group that spares checking
+    thousands of partners that the rule refuses.
+    """
+
+    def __init__(self, state: _Standbys, partners: list[tuple[int, int, int]], used: list[bool]) -> None:
+        self.state = state
+        self.used = used
+        self.restoring: list[int] = []
+        self.on_client: dict[int, list[int]] = {}
+        self.ready_on: dict[int, list[int]] = {}
+        ready = state.ready
+        for index, (_, other, other_client) in enumerate(partners):
+            if other_client not in ready[other]:
+                self.restoring.append(index)
+            self.on_client.setdefault(other_client, []).append(index)
+            for client in ready[other]:
+                self.ready_on.setdefault(client, []).append(index)
+        self.first_restoring = 0
+
+    def allowed(self, task: int, client: int, first: int) -> Iterator[int]:
+        """Partner indices from ``first`` on, ascending, that may pass ``restores_more`` (a superset)."""
+        state = self.state
+        special = set(self.ready_on.get(client, ()))
+        for ready_client in state.ready[task]:
+            special.update(self.on_client.get(ready_client, ()))
+        special = sorted(index for index in special if index >= first)
+        if client in state.ready[task]:
+            return iter(special)
+        restoring, used = self.restoring, self.used
+        while self.first_restoring < len(restoring) and used[restoring[self.first_restoring]]:
+            self.first_restoring += 1
+        start = max(self.first_restoring, bisect.bisect_left(restoring, first))
+        return _unique(heapq.merge(special, (restoring[i] for i in range(start, len(restoring)))))
+
+
+def _unique(ascending: Iterator[int]) -> Iterator[int]:
+    last = -1
+    for value in ascending:
+        if value != last:
+            yield value
+            last = value
 
 
 class _ZoneDeltas:

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from assignor import assign
+from assignor import assign, rack_standby
 from assignor.convergence import settle
+from assignor.lag import Lag
 from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
 from assignor.rack_aware import optimize_actives, optimize_standbys
 from assignor.ranking import rank_clients
@@ -121,6 +122,29 @@ def test_traffic_swap_between_racks():
     out = _standby_case(clients, specs, {TaskId(0, 0): "c", TaskId(0, 1): "d"},
                         {TaskId(0, 0): ("b",), TaskId(0, 1): ("a",)}, rack_aware_strategy="min_traffic")
     assert out == {TaskId(0, 0): ("a",), TaskId(0, 1): ("b",)}
+
+
+@pytest.mark.parametrize(("changelog", "swapped"), [
+    pytest.param(50, True, id="changelog-within-acceptable-lag"),
+    pytest.param(50_000, False, id="changelog-beyond-acceptable-lag"),
+])
+def test_traffic_swap_counts_clients_without_a_report_as_caught_up_on_a_small_changelog(changelog, swapped):
+    # As test_traffic_swap_between_racks, but b and a report their standbys' state caught up.
+    # A client with no state must restore the whole changelog: within acceptable_recovery_lag
+    # (10,000) it is caught up too (docs/assignor.md, "Caught up"), so the swap restores no
+    # more; beyond it, the swap would put both standbys on clients that must restore.
+    latest = Lag.behind(0)
+    clients = [ClientState("a", rack="r1", lags={TaskId(0, 1): latest}),
+               ClientState("b", rack="r2", lags={TaskId(0, 0): latest}),
+               ClientState("c", rack="r3"), ClientState("d", rack="r3")]
+    specs = [TaskSpec(TaskId(0, 0), True, changelog, (_tp("t", 0, "r1"),)),
+             TaskSpec(TaskId(0, 1), True, changelog, (_tp("t", 1, "r2"),))]
+    config = AssignmentConfig(num_standby_replicas=1, rack_aware_strategy="min_traffic")
+    ranking = rank_clients(specs, clients, config.acceptable_recovery_lag)
+    standbys = {TaskId(0, 0): ("b",), TaskId(0, 1): ("a",)}
+    out = optimize_standbys(Group.of(specs, clients), {TaskId(0, 0): "c", TaskId(0, 1): "d"}, standbys, config,
+                            ranking)
+    assert out == ({TaskId(0, 0): ("a",), TaskId(0, 1): ("b",)} if swapped else standbys)
 
 
 # --- invariants on random groups --------------------------------------------------------------
@@ -257,6 +281,23 @@ def test_standby_swaps_keep_counts_and_never_worsen_spread(group, config, strate
         same_before += _spread(planned[task], actives[task], rack)[0]
         same_after += _spread(holders, actives[task], rack)[0]
     assert same_after <= same_before
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES)
+def test_narrowed_standby_searches_find_what_full_scans_find(group, config, strategy):
+    """The traffic pass's readiness shortlist and the spread search's loss index skip only
+    partners that the rules refuse: the standbys come out as with every partner checked."""
+    specs, clients = group
+    config = replace(config, rack_aware_strategy=strategy, num_standby_replicas=max(1, config.num_standby_replicas))
+    graph, ranking, costs, target = _target(specs, clients, config)
+    actives, _ = optimize_actives(graph, target, config, ranking)
+    planned = standby_target(graph, ranking, costs, actives, config.num_standby_replicas)
+    narrowed = optimize_standbys(graph, actives, planned, config, ranking)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rack_standby, "_ReadyPartners", lambda *args: None)
+        patch.setattr(rack_standby._Losses, "below", lambda *args: None)
+        assert optimize_standbys(graph, actives, planned, config, ranking) == narrowed
 
 
 @SETTINGS

@@ -129,6 +129,36 @@ def test_funnelled_layer_matches_the_full_bipartite_graph(instance):
     assert _total(instance, funnelled) == _total(instance, solve_full(problem).tolist())
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances(max_keys=12))
+def test_uncapped_relaxation_matches_the_full_bipartite_graph(instance):
+    """balance_subtopology tried first without its (subtopology, client) layer, whatever the
+    tasks' special clients (on large groups only when few have any besides the target): the
+    relaxation, its guarded re-solve, its dealing within the caps or its split, or the layer
+    when none fits, reach the same optimum."""
+    problem = _problem(instance)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rack_flow, "UNCAPPED_SHARE", len(instance["target"]) + 1)
+        relaxed = solve_compressed(problem).tolist()
+    assert _feasible(instance, relaxed)
+    assert _total(instance, relaxed) == _total(instance, solve_full(problem).tolist())
+
+
+def test_uncapped_relaxation_answers_a_fresh_group():
+    """Six tasks of two subtopologies, each on its target, two of them reading a partition only
+    rack 1 holds: each trades places with the task of its subtopology in rack 1 (KIP cost 2 + 2),
+    within the caps, without the (subtopology, client) layer."""
+    instance = {"cross": [[1, 0], [0, 0], [0, 0], [1, 0], [0, 0], [0, 0]], "client_rack": [0, 0, 1, 1],
+                "target": [0, 1, 2, 0, 1, 3], "anchor": [0, 1, 2, 0, 1, 3], "holder": [-1] * 6,
+                "slots": [2, 2, 1, 1], "traffic": 10, "non_overlap": 1, "keys": [0, 0, 0, 1, 1, 1],
+                "caps": [[1, 1, 1, 1], [1, 1, 1, 1]]}
+    problem = _problem(instance)
+    relaxed = rack_flow._solve_uncapped(problem, rack_flow._Rows(problem, problem.keys))
+    assert relaxed is not None
+    assert _feasible(instance, relaxed.tolist())
+    assert _total(instance, relaxed.tolist()) == _total(instance, solve_full(problem).tolist()) == (4, 14)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instance=instances(max_tasks=6, max_clients=3))
 def test_compressed_graph_matches_brute_force(instance):
