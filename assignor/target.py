@@ -449,7 +449,7 @@ def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[s
         if special is None:
             hub_only[key, hub[key], hub_cost].append(task)
         else:
-            classes.add(task, key, hub[key], hub_cost, dict(special), owner)
+            classes.add(task, key, hub[key], hub_cost, special, owner)
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
@@ -470,23 +470,27 @@ def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[s
     return target, frozenset(), hubs
 
 
-# (subtopology keys x clients) from which the relaxed flows are tried first
+# (subtopology keys x clients) from which the relaxed flows are tried first, when each client's
+# tasks span more than SPREAD keys on average
 RELAXED_PAIRS = 5_000
+SPREAD = 3
 
 
 def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
-    """Try the relaxed flow first when the capped one is large (many subtopology keys) and
-    most tasks have a previous owner (a settled group changing: the relaxed graph then has a
-    class per owner, the capped one a node per task), with few tasks that lost their owner
-    but have state elsewhere (a scale-in: their holders' other tasks are of the same
-    subtopologies, so the relaxed optimum, free to move those, rarely decodes within the caps
-    and would only add a solve)."""
+    """Try the relaxed flow first when the capped one is large and the relaxed one much smaller:
+    most tasks have a previous owner (a settled group changing) and each owner's tasks span
+    several subtopology keys (``SPREAD``: the capped flow has a class per (key, owner), the
+    relaxed one per owner), with few tasks that lost their owner but have state elsewhere (a
+    scale-in: their holders' other tasks are of the same subtopologies, so the relaxed optimum,
+    free to move those, rarely decodes within the caps and would only add a solve)."""
     keys = {key for _, key, _, _, _ in ways}
-    if len(keys) * len(group.clients) < RELAXED_PAIRS:
+    if len(keys) <= SPREAD or len(keys) * len(group.clients) < RELAXED_PAIRS:
         return False
-    owned = sum(1 for way in ways if way[4] is not None)
+    owned = [(key, owner) for _, key, _, _, owner in ways if owner is not None]
     orphans = sum(1 for way in ways if way[4] is None and way[3] is not None)
-    return 2 * owned > len(ways) and 20 * orphans < len(ways)
+    if 2 * len(owned) <= len(ways) or 20 * orphans >= len(ways):
+        return False
+    return len(set(owned)) > SPREAD * len({owner for _, owner in owned})
 
 
 class _CrowdedPairs:
@@ -585,7 +589,7 @@ def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str]
             hub_only[shared[stateful], hub[stateful], hub_cost].append(task)
         else:
             classes.add(task, key if pairs.crowds(key, special) else shared[stateful], hub[stateful], hub_cost,
-                        dict(special), owner)
+                        special, owner)
     classes.build(graph, pairs)
     pairs.close()
     graph.supply(sink, -len(group.specs))
@@ -661,19 +665,22 @@ class _TaskClasses:
     def add(self, task: TaskId, key, entry: int, hub_cost: int, special: dict[str, int],
             owner: str | None) -> None:
         """Place ``task`` in its class; ``special`` maps its special clients to their prices
-        (and is consumed)."""
+        (left as it is: the relaxed and the capped flows read the same prices)."""
         units = self._units
         anchor = anchor_cost = None
-        if units == 1 and len(special) > 1 and owner in special:
-            anchor, anchor_cost = owner, special.pop(owner)
-        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if len(special) > units else None)
+        further = len(special)
+        if units == 1 and further > 1 and owner in special:
+            anchor, anchor_cost = owner, special[owner]
+            further -= 1
+        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if further > units else None)
         members = self._classes.get(class_key)
         if members is None:
             members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
         members.tasks.append(task)
         # in client order, whatever order the caller's clients came in
         for client, cost in sorted(special.items()) if len(special) > 1 else special.items():
-            members.extras += (client, cost, task)
+            if client != anchor:
+                members.extras += (client, cost, task)
 
     def build(self, graph: FlowGraph, hubs: _SubtopologyHubs) -> None:
         for (key, entry, hub_cost), tasks in self.hub_only.items():
@@ -1345,15 +1352,18 @@ def standby_target(
 
 
 def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> bool:
-    """As for actives (``_relaxation_pays``): one standby per task, a large capped layer, and
-    most stateful tasks with state or a previous replica somewhere (each its own pair node in
-    the capped flow)."""
+    """As for actives (``_relaxation_pays``): one standby per task, a large capped layer, most
+    stateful tasks with state or a previous replica somewhere (each its own pair node in the
+    capped flow), and each previous standby holder's standbys spanning several subtopologies."""
     keys = {task.subtopology for task in group.stateful}
-    if per_task != 1 or len(keys) * len(group.clients) < RELAXED_PAIRS:
+    if per_task != 1 or len(keys) <= SPREAD or len(keys) * len(group.clients) < RELAXED_PAIRS:
         return False
     holders, previous = ranking.holders, group.prev_standby_holders
     known = sum(1 for task in group.stateful if holders[task] or task in previous)
-    return 2 * known > len(group.stateful)
+    if 2 * known <= len(group.stateful):
+        return False
+    pairs = {(task.subtopology, holder) for task, standby in previous.items() for holder in standby}
+    return len(pairs) > SPREAD * len({holder for _, holder in pairs})
 
 
 def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> bool:
