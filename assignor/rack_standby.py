@@ -38,6 +38,7 @@ from assignor.target import Group
 SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
 MAX_ROUNDS = 50
+LOSS_INDEX_AFTER = 10_000  # partner checks after which the spread search builds its loss index
 
 
 class _Standbys:
@@ -97,7 +98,7 @@ class _Standbys:
                         self.restoring[client].add(task)
                         self.restoring_at[self.loc[client]].add(client)
         self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
-        self.losses: _Losses | None = None  # built by the first partner search that needs it
+        self.losses: _Losses | None = None  # built once partner searches have cost LOSS_INDEX_AFTER checks
 
     def ready_for(self, task: int, client: int) -> bool:
         """Is ``client`` caught up on ``task``? (Only with readiness: ``ready`` not None.)"""
@@ -246,9 +247,9 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     members = state.members[cls]
     start = state.cursor[cls]
     arriving = state.loc[client]
-    if state.losses is None:
+    if state.losses is None and SEARCH_BUDGET - state.budget >= LOSS_INDEX_AFTER:
         state.losses = _Losses(state)
-    below = state.losses.below(cls, arriving, gain)
+    below = None if state.losses is None else state.losses.below(cls, arriving, gain)
     for other_client in _members_to_scan(state, task, client, cls, start):
         if not state.may_take(task, other_client):
             continue
@@ -428,6 +429,8 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
     zones = sorted(set(zone_of))
     changed = False
     slots = _slots_by_zone(state, zone_of)
+    # Readiness can rule partners out only if some task is caught up somewhere (not in a fresh group).
+    readiness_narrows = state.ready is not None and not state.everywhere_but and any(state.ready)
     deltas = {zone: _ZoneDeltas(pricing, state, zone, zone_slots) for zone, zone_slots in slots.items()}
     for source in zones:
         if source not in slots:
@@ -446,7 +449,7 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
             partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
             used = [False] * len(partners)
             first = 0
-            ready_partners = _ReadyPartners(state, partners, used) if state.ready and not state.everywhere_but else None
+            ready_partners = _ReadyPartners(state, partners, used) if readiness_narrows else None
             for delta_t, task, client in movers:
                 while first < len(partners) and used[first]:
                     first += 1
@@ -508,6 +511,8 @@ class _ReadyPartners:
         special = sorted(index for index in special if index >= first)
         if client in state.ready[task]:
             return iter(special)
+        if 2 * len(self.restoring) >= len(self.used):  # most partners restore: the check filters the rest
+            return range(first, len(self.used))
         restoring, used = self.restoring, self.used
         while self.first_restoring < len(restoring) and used[restoring[self.first_restoring]]:
             self.first_restoring += 1
