@@ -470,16 +470,18 @@ def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[s
     return target, frozenset(), hubs
 
 
-# (subtopology keys x clients) from which the relaxed active flow is tried first
-RELAXED_PAIRS = FUNNEL_PAIRS
+# (subtopology keys x clients) from which the relaxed flows are tried first: actives, standbys
+RELAXED_PAIRS = 5_000
+RELAXED_STANDBY_PAIRS = FUNNEL_PAIRS
 
 
 def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
     """Try the relaxed flow first when the capped one is large (many subtopology keys) and
     most tasks have a previous owner (a settled group changing: the relaxed graph then has a
     class per owner, the capped one a node per task), with few tasks that lost their owner
-    but have state elsewhere (a scale-in: those go to a holder already at its cap, so the
-    relaxed optimum misses the capped one and would only add a solve)."""
+    but have state elsewhere (a scale-in: their holders' other tasks are of the same
+    subtopologies, so the relaxed optimum, free to move those, rarely decodes within the caps
+    and would only add a solve)."""
     keys = {key for _, key, _, _, _ in ways}
     if len(keys) * len(group.clients) < RELAXED_PAIRS:
         return False
@@ -488,57 +490,109 @@ def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
     return 2 * owned > len(ways) and 20 * orphans < len(ways)
 
 
-class _ClientNodes:
-    """``_TaskClasses.build``'s view of the relaxed flow: a task's special client is that
-    client's stateful or stateless node itself, counted against no subtopology cap."""
+class _CrowdedPairs:
+    """The special arcs of a relaxed flow (``_relaxed_active_target``, ``_RelaxedStandbyFlow``):
+    into the client's node directly, counted against no subtopology cap, except on *crowded*
+    (subtopology key, client) pairs, where the tasks that may well stay there (``crowded``:
+    previous owners, and every special client of a task without one for actives; every
+    special client for standbys) already exceed the cap. A crowded pair keeps its node, which
+    charges SUBTOPOLOGY_EXCESS above the cap as the capped flow does: the capped optimum may
+    keep such excess rather than pay a move. Its tasks keep their key in their class; all
+    others share classes across subtopologies (key ``shared(key)``)."""
 
-    def __init__(self, stateful_nodes: list[int], stateless_nodes: list[int], clients: Sequence[str]) -> None:
-        self._nodes = {True: dict(zip(clients, stateful_nodes, strict=True)),
-                       False: dict(zip(clients, stateless_nodes, strict=True))}
+    def __init__(self, graph: FlowGraph, head: Callable[[object, str], int], crowded: Mapping[tuple, int]) -> None:
+        self._graph, self._head, self._crowded = graph, head, crowded
+        self._pairs: dict[tuple, int] = {}
+        self._excess = range(0)
 
-    def node(self, stateful: bool, client: str) -> int:
-        return self._nodes[stateful][client]
+    @classmethod
+    def of(cls, graph: FlowGraph, head: Callable[[object, str], int], caps: Mapping, clients: Sequence[str],
+           staying: Iterable[tuple[object, str]]) -> _CrowdedPairs:
+        """The pairs where more of ``staying`` (one (key, client) per task that may stay) fall
+        than the cap."""
+        count: dict[tuple, int] = defaultdict(int)
+        for pair in staying:
+            count[pair] += 1
+        position = {client: index for index, client in enumerate(clients)}
+        crowded = {}
+        for (key, client), tasks in count.items():
+            cap = int(caps[key][position[client]])
+            if tasks > cap:
+                crowded[key, client] = cap
+        return cls(graph, head, crowded)
+
+    def crowds(self, key, clients: Iterable[str]) -> bool:
+        crowded = self._crowded
+        return bool(crowded) and any((key, client) in crowded for client in clients)
+
+    def node(self, key, client: str) -> int:
+        if (key, client) not in self._crowded:
+            return self._head(key, client)
+        pair = self._pairs.get((key, client))
+        if pair is None:
+            pair = self._pairs[key, client] = self._graph.node()
+        return pair
+
+    def close(self) -> None:
+        if not self._pairs:
+            return
+        pairs = list(self._pairs)
+        nodes = list(self._pairs.values())
+        heads = [self._head(key, client) for key, client in pairs]
+        self._graph.arcs(nodes, heads, [self._crowded[pair] for pair in pairs], 0)
+        self._excess = self._graph.arcs(nodes, heads, BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+
+    def paid(self, graph: FlowGraph) -> int:
+        """The units the solved flow put above the crowded pairs' caps."""
+        return int(graph.flows(self._excess).sum())
 
 
 def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str] | None:
-    """The active flow without subtopology caps, then each of its units placed within them.
+    """The active flow with subtopology caps only on crowded pairs (``_CrowdedPairs``), then
+    each of its units placed within the caps.
 
     Without caps, tasks of all subtopologies with one owner and one price share a class: on a
     settled group of many subtopologies the graph has a node per owner instead of one per task.
     Every capped flow is a flow of this one at the same cost or more (it only adds
-    SUBTOPOLOGY_EXCESS), so its optimum bounds the capped optimum from below. The solution is
-    then decoded with the caps in view: which of a class's tasks leave it (spread over
-    subtopologies), and how each subtopology's hub tasks meet the clients' hub units within
-    what the caps leave (a transportation plan, ``split_exactly``). When every cap holds, the
-    decoded target costs the relaxed optimum in the capped flow too, so it is the capped
-    optimum. Otherwise None: the caller solves the capped flow, as at once when the previous
-    owners already hold more than a cap (the capped optimum keeps such excess where moving
-    costs more, which the relaxed one cannot see).
+    SUBTOPOLOGY_EXCESS elsewhere), so its optimum bounds the capped optimum from below. The
+    solution is then decoded with the caps in view (``_CapKeeper``): which of a class's tasks
+    leave it (spread over subtopologies), and how each subtopology's hub tasks meet the
+    clients' hub units within what the caps leave (a transportation plan, ``_hub_plan``). When
+    the decoded actives exceed the caps by no more than the relaxed flow paid, the decoded
+    target costs the relaxed optimum in the capped flow too, so it is the capped optimum.
+    Otherwise None: the caller solves the capped flow.
     """
     counts: dict[tuple[int, bool], int] = defaultdict(int)
     for spec in group.specs.values():
         counts[_group_key(spec)] += 1
-    keeper = _CapKeeper(group, _subtopology_caps(counts, group.threads, group.clients))
-    if not keeper.kept():
-        return None
-    graph = FlowGraph()
     clients = group.clients
+    caps = _subtopology_caps(counts, group.threads, clients)
+    graph = FlowGraph()
     stateful_nodes, stateless_nodes, sink = _active_windows(graph, group)
+    heads = {True: dict(zip(clients, stateful_nodes, strict=True)),
+             False: dict(zip(clients, stateless_nodes, strict=True))}
+    pairs = _CrowdedPairs.of(graph, lambda key, client: heads[key[1]][client], caps, clients,
+                             ((key, client) for _, key, _, special, owner in ways if special is not None
+                              for client in ((owner,) if owner is not None else special)))
     hub = {True: graph.node(), False: graph.node()}
     hub_arcs = {True: graph.arcs(hub[True], stateful_nodes, BIG_CAPACITY, 0),
                 False: graph.arcs(hub[False], stateless_nodes, BIG_CAPACITY, 0)}
     classes = _TaskClasses(units=1)
     hub_only = classes.hub_only
+    shared = {True: (None, True), False: (None, False)}  # the class key of tasks on no crowded pair
     for task, key, hub_cost, special, owner in ways:
         stateful = key[1]
         if special is None:
-            hub_only[stateful, hub[stateful], hub_cost].append(task)
+            hub_only[shared[stateful], hub[stateful], hub_cost].append(task)
         else:
-            classes.add(task, stateful, hub[stateful], hub_cost, dict(special), owner)
-    classes.build(graph, _ClientNodes(stateful_nodes, stateless_nodes, clients))
+            classes.add(task, key if pairs.crowds(key, special) else shared[stateful], hub[stateful], hub_cost,
+                        dict(special), owner)
+    classes.build(graph, pairs)
+    pairs.close()
     graph.supply(sink, -len(group.specs))
     graph.solve()
-    return _place_within_caps(group, graph, classes, hub_arcs, keeper)
+    keeper = _CapKeeper(caps, lambda task: _group_key(group.specs[task]), group.prev_active_owner, clients)
+    return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
 
 
 def _subtopology_caps(counts: Mapping, threads: Mapping[str, int], clients: Sequence[str]) -> dict:
@@ -548,14 +602,14 @@ def _subtopology_caps(counts: Mapping, threads: Mapping[str, int], clients: Sequ
     return {key: -(-(count * thread_counts) // capacity) for key, count in counts.items()}
 
 
-def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hub_arcs,
-                       keeper: _CapKeeper) -> dict[TaskId, str] | None:
-    """``_relaxed_active_target``'s decoding: None when it cannot keep every cap."""
+def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hub_arcs, keeper: _CapKeeper,
+                       paid: int) -> dict[TaskId, str] | None:
+    """``_relaxed_active_target``'s decoding: None when it exceeds the caps by more than the
+    relaxed flow ``paid``."""
     clients = group.clients
     specs = group.specs
-    caps = keeper.caps
     pick_tasks, pick_clients, hub_tasks = classes.decode_within(graph, keeper)
-    if not keeper.kept():
+    if keeper.excess() > paid:
         return None
     target = dict(zip(pick_tasks, pick_clients, strict=True))
     by_key: dict[tuple[int, bool], list[TaskId]] = defaultdict(list)
@@ -563,29 +617,40 @@ def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hu
         by_key[_group_key(specs[task])].append(task)
     for stateful in (True, False):
         keys = sorted(key for key in by_key if key[1] == stateful)
-        if not keys:
-            continue
-        demand = graph.flows(hub_arcs[stateful])
-        wanting = np.flatnonzero(demand)
-        supply = np.array([len(by_key[key]) for key in keys], dtype=np.int64)
-        room = np.stack([caps[key][wanting] for key in keys])
-        row_of = {key: row for row, key in enumerate(keys)}
-        column_of = {clients[index]: column for column, index in enumerate(wanting.tolist())}
-        for (key, client), count in keeper.held.items():
-            row, column = row_of.get(key), column_of.get(client)
-            if count and row is not None and column is not None:
-                room[row, column] -= count
-        rows, columns = np.nonzero(room > 0)
-        plan = split_exactly(supply, demand[wanting], rows, columns, room[rows, columns])
+        plan = _hub_plan(keys, by_key, graph.flows(hub_arcs[stateful]), keeper, clients)
         if plan is None:
             return None
-        for row, key in enumerate(keys):
-            cells = rows == row
-            units = {clients[wanting[column]]: int(amount)
-                     for column, amount in zip(columns[cells].tolist(), plan[cells].tolist(), strict=True) if amount}
-            for task, client in zip(sorted(by_key[key]), round_robin(units, clients), strict=True):
+        for key, units in plan.items():
+            for task, client in zip(sorted(by_key[key]), round_robin(units, sorted(units)), strict=True):
                 target[task] = client
     return target
+
+
+def _hub_plan(keys: list, by_key: Mapping[object, list[TaskId]], demand: np.ndarray, keeper: _CapKeeper,
+              clients: Sequence[str]) -> dict[object, dict[str, int]] | None:
+    """How many of each key's hub tasks each client takes: the clients' hub units (``demand``,
+    in client order) met within what the caps leave after the direct placements, by a
+    transportation plan (``split_exactly``); None when there is none."""
+    if not keys:
+        return {}
+    wanting = np.flatnonzero(demand)
+    supply = np.array([len(by_key[key]) for key in keys], dtype=np.int64)
+    room = np.stack([keeper.caps[key][wanting] for key in keys])
+    row_of = {key: row for row, key in enumerate(keys)}
+    column_of = {clients[index]: column for column, index in enumerate(wanting.tolist())}
+    for (key, client), count in keeper.held.items():
+        row, column = row_of.get(key), column_of.get(client)
+        if count and row is not None and column is not None:
+            room[row, column] -= count
+    rows, columns = np.nonzero(room > 0)
+    plan = split_exactly(supply, demand[wanting], rows, columns, room[rows, columns])
+    if plan is None:
+        return None
+    units: dict[object, dict[str, int]] = {key: {} for key in keys}
+    for row, column, amount in zip(rows.tolist(), columns.tolist(), plan.tolist(), strict=True):
+        if amount:
+            units[keys[row]][clients[int(wanting[column])]] = int(amount)
+    return units
 
 
 class _TaskClasses:
@@ -766,23 +831,26 @@ class _CapKeeper:
     already have plenty of, so that the tasks that leave spread over subtopologies (then the
     clients the hubs serve can take them within their caps)."""
 
-    def __init__(self, group: Group, caps: Mapping) -> None:
-        self._specs, self._owner = group.specs, group.prev_active_owner
-        self._position = {client: index for index, client in enumerate(group.clients)}
+    def __init__(self, caps: Mapping, key_of: Callable[[TaskId], object], origin: Mapping[TaskId, str],
+                 clients: Sequence[str]) -> None:
+        """``origin``: where each task counts until it is placed elsewhere (its previous owner,
+        for actives)."""
+        self._key_of, self._owner = key_of, origin
+        self._position = {client: index for index, client in enumerate(clients)}
         self.caps = caps
         self.held: dict[tuple, int] = defaultdict(int)
-        for task, owner in self._owner.items():
-            self.held[_group_key(self._specs[task]), owner] += 1
-        self.hub_supply: dict[tuple, int] = defaultdict(int)
+        for task, owner in origin.items():
+            self.held[key_of(task), owner] += 1
+        self.hub_supply: dict = defaultdict(int)
 
     def cap(self, key, client: str) -> int:
         return int(self.caps[key][self._position[client]])
 
     def pick(self, tasks: list[TaskId], amount: int, client: str) -> list[TaskId]:
-        specs, owner, held = self._specs, self._owner, self.held
+        key_of, owner, held = self._key_of, self._owner, self.held
         if amount < len(tasks):
             def score(task):
-                key = _group_key(specs[task])
+                key = key_of(task)
                 if owner.get(task) == client:
                     return (held[key, client] > self.cap(key, client), -self.hub_supply[key], task)
                 return (held[key, client] >= self.cap(key, client), held[key, client], task)
@@ -790,24 +858,24 @@ class _CapKeeper:
         for task in tasks:
             previous = owner.get(task)
             if previous != client:
-                key = _group_key(specs[task])
+                key = key_of(task)
                 held[key, client] += 1
                 if previous is not None:
                     held[key, previous] -= 1
         return tasks
 
     def leave(self, tasks: Sequence[TaskId]) -> None:
-        specs, owner, held, supply = self._specs, self._owner, self.held, self.hub_supply
+        key_of, owner, held, supply = self._key_of, self._owner, self.held, self.hub_supply
         for task in tasks:
-            key = _group_key(specs[task])
+            key = key_of(task)
             supply[key] += 1
             previous = owner.get(task)
             if previous is not None:
                 held[key, previous] -= 1
 
-    def kept(self) -> bool:
-        """Do the direct actives keep every cap?"""
-        return all(count <= self.cap(key, client) for (key, client), count in self.held.items() if count > 1)
+    def excess(self) -> int:
+        """The direct placements' units above their caps."""
+        return sum(max(0, count - self.cap(key, client)) for (key, client), count in self.held.items() if count > 1)
 
 
 def _runs(extras: list) -> Sequence[tuple[int, int]]:
@@ -882,34 +950,44 @@ class _StandbyFlow:
         for task in group.stateful:
             self.counts[task.subtopology] += per_task
         replica_nodes = np.array([replica_node[c] for c in clients], dtype=np.int64)
-        self.hubs = _SubtopologyHubs(graph, self.counts, clients, group.threads, lambda key: replica_nodes,
-                                     own_arcs)
+        self.hubs = self._hubs(replica_nodes, own_arcs)
         self.position = {client: index for index, client in enumerate(clients)}
         self.classes = _TaskClasses(units=per_task)
         self.trees: dict[int, _AllButOneHub] = {}  # the tree formulation's, per subtopology
         self.every_arc: tuple = ()  # the every-arc formulation's arcs and their (task, client) cells
 
-    def add_classes(self, entry: Callable[[int, str], int]) -> None:
-        """Every stateful task into its class; ``entry(subtopology, active)`` is the node through
-        which its standbys reach clients without its state."""
+    def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None):
+        return _SubtopologyHubs(self.graph, self.counts, self.group.clients, self.group.threads,
+                                lambda key: replica_nodes, own_arcs)
+
+    def ways(self) -> Iterable[tuple[TaskId, int, int, dict[str, int] | None, str | None]]:
+        """Every stateful task's ways out: (task, subtopology, hub price, its special clients'
+        prices or None when it has none, previous owner)."""
         group, ranking, costs, actives = self.group, self.ranking, self.costs, self.actives
-        classes = self.classes
-        hub_only = classes.hub_only
         for task in group.stateful:
-            key = task.subtopology
-            active = actives[task]
-            entry_node = entry(key, active)
             owner = group.prev_active_owner.get(task)
             previous = group.prev_standby_holders.get(task, frozenset())
             if owner is not None:
                 previous = previous | {owner}
             holders = ranking.holders[task]
             if not holders and not previous:
-                hub_only[key, entry_node, costs.no_state_arc(ranking, task)].append(task)
+                yield task, task.subtopology, costs.no_state_arc(ranking, task), None, owner
                 continue
-            special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {active}
+            special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {actives[task]}
                                                          if client in group.threads], previous)
-            classes.add(task, key, entry_node, costs.no_state_arc(ranking, task), special, owner)
+            yield task, task.subtopology, costs.no_state_arc(ranking, task), special, owner
+
+    def add_classes(self, entry: Callable[[int, str], int]) -> None:
+        """Every stateful task into its class; ``entry(subtopology, active)`` is the node through
+        which its standbys reach clients without its state."""
+        classes, actives = self.classes, self.actives
+        hub_only = classes.hub_only
+        for task, key, hub_cost, special, owner in self.ways():
+            entry_node = entry(key, actives[task])
+            if special is None:
+                hub_only[key, entry_node, hub_cost].append(task)
+            else:
+                classes.add(task, key, entry_node, hub_cost, special, owner)
 
     def solve(self) -> None:
         self.classes.build(self.graph, self.hubs)
@@ -921,7 +999,7 @@ class _StandbyFlow:
                  chosen: dict[TaskId, list[str]]) -> dict[TaskId, tuple[str, ...]] | None:
         """The decoded standbys, ``chosen`` holding those the formulation decoded itself; None
         when the formulation finds no exact dealing of some hub's units."""
-        group, graph = self.group, self.graph
+        graph = self.graph
         pick_tasks, pick_clients, hub_units, short = self.classes.decode(graph)
         for task, client in zip(pick_tasks, pick_clients, strict=True):
             chosen[task].append(client)
@@ -932,19 +1010,30 @@ class _StandbyFlow:
         for key in sorted(hub_units):
             units = self.hubs.units(graph, key)
             hub_tasks = [(task, short.get(task, self.per_task)) for task in hub_units[key]]
-            pools = formulation.deal(self, key, hub_tasks, units, chosen, load)
-            if pools is None:
+            if not self.deal(formulation, key, hub_tasks, units, chosen, load, repair=True):
                 return None
-            for tasks, pool_units in pools:
-                dealer = _SlotDealer(pool_units, group, load, self.ranking)
-                for task, amount in tasks:
-                    for _ in range(amount):
-                        excluded = {self.actives[task], *chosen[task]}
-                        client = dealer.take(excluded)
-                        if client is None:
-                            client = dealer.take_by_swap(task, excluded, chosen, self.actives)
-                        chosen[task].append(client)
         return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
+
+    def deal(self, formulation: StandbyFormulation, key: int, hub_tasks: list[tuple[TaskId, int]],
+             units: Mapping[str, int], chosen: dict[TaskId, list[str]], load: dict[str, int], repair: bool) -> bool:
+        """Deal one subtopology's hub units to its hub tasks (into ``chosen``), as the formulation
+        says. False when it finds no exact dealing, or, without ``repair``, when a unit could only
+        be placed by a swap with another task (``_SlotDealer.take_by_swap``)."""
+        pools = formulation.deal(self, key, hub_tasks, units, chosen, load)
+        if pools is None:
+            return False
+        for tasks, pool_units in pools:
+            dealer = _SlotDealer(pool_units, self.group, load, self.ranking)
+            for task, amount in tasks:
+                for _ in range(amount):
+                    excluded = {self.actives[task], *chosen[task]}
+                    client = dealer.take(excluded)
+                    if client is None:
+                        if not repair:
+                            return False
+                        client = dealer.take_by_swap(task, excluded, chosen, self.actives)
+                    chosen[task].append(client)
+        return True
 
     def by_active(self, hub_tasks: list[tuple[TaskId, int]], dealt: Mapping[int, Mapping[int, int]]) -> list[Pool]:
         """Pools per active client (in client order): its tasks and the hub units dealt to them."""
@@ -954,6 +1043,65 @@ class _StandbyFlow:
             buckets[self.actives[task]].append((task, amount))
         return [(tasks, {clients[i]: n for i, n in dealt.get(self.position[active], {}).items()})
                 for active, tasks in sorted(buckets.items())]
+
+
+class _RelaxedStandbyFlow(_StandbyFlow):
+    """One standby per task, the standby flow without subtopology caps (as the relaxed active
+    flow, ``_relaxed_active_target``): tasks of every subtopology with the same ways out share
+    a class, so a settled group has a node per previous holder rather than one per task. Its
+    optimum bounds the capped flow's from below (the hub formulation's flow, whose optimum is
+    exact whenever its hub units can be dealt). ``standbys_within_caps`` decodes it keeping
+    every cap and every standby off its task's active; the result then costs that bound in the
+    exact per-task flow, so it is optimal; None when it cannot."""
+
+    def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None) -> _CrowdedPairs:
+        group, graph = self.group, self.graph
+        self.caps = _subtopology_caps(self.counts, group.threads, group.clients)
+        self.special = list(self.ways())
+        self.hub = graph.node()
+        self.hub_arcs = graph.arcs(self.hub, replica_nodes, BIG_CAPACITY, 0)
+        head = dict(zip(group.clients, replica_nodes.tolist(), strict=True))
+        return _CrowdedPairs.of(graph, lambda key, client: head[client], self.caps, group.clients,
+                                ((key, client) for _, key, _, special, _ in self.special for client in special or ()))
+
+    def build(self) -> None:
+        classes, pairs, hub = self.classes, self.hubs, self.hub
+        hub_only = classes.hub_only
+        for task, key, hub_cost, special, owner in self.special:
+            if special is None:
+                hub_only[None, hub, hub_cost].append(task)
+            else:
+                classes.add(task, key if pairs.crowds(key, special) else None, hub, hub_cost, special, owner)
+
+    def standbys_within_caps(self) -> dict[TaskId, tuple[str, ...]] | None:
+        group = self.group
+        # a task counts on its previous standby holder until placed elsewhere, as an active on its owner
+        origin = {}
+        for task, holders in group.prev_standby_holders.items():
+            if len(holders) == 1:
+                holder = next(iter(holders))
+                if holder != self.actives[task] and holder in group.threads:
+                    origin[task] = holder
+        keeper = _CapKeeper(self.caps, lambda task: task.subtopology, origin, group.clients)
+        pick_tasks, pick_clients, hub_tasks = self.classes.decode_within(self.graph, keeper)
+        if keeper.excess() > self.hubs.paid(self.graph):
+            return None
+        chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
+        load: dict[str, int] = defaultdict(int)
+        for task, client in zip(pick_tasks, pick_clients, strict=True):
+            chosen[task].append(client)
+            load[client] += 1
+        by_key: dict[int, list[TaskId]] = defaultdict(list)
+        for task in hub_tasks:
+            by_key[task.subtopology].append(task)
+        plan = _hub_plan(sorted(by_key), by_key, self.graph.flows(self.hub_arcs), keeper, group.clients)
+        if plan is None:
+            return None
+        for key, units in plan.items():
+            if not self.deal(HUB, key, [(task, 1) for task in sorted(by_key[key])], units, chosen, load,
+                             repair=False):
+                return None
+        return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
 
 
 # Hub units dealt to tasks by ``_SlotDealer``: the tasks (with the units each takes) and the
@@ -1114,23 +1262,47 @@ def standby_target(
     actives: Mapping[TaskId, str],
     num_standby_replicas: int,
     choice: StandbyChoice = standby_formulations,
+    relaxed: bool | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
     """``num_standby_replicas`` standbys per stateful task, on distinct clients, none on the active.
 
     Balance is over stateful replicas (actives plus standbys, scenario.md "Stateful balance");
     stickiness keeps previous standbys and lets a demoted previous active keep its state as
     a standby. KIP-441 "Assignment Algorithm" property 2: the next-most-caught-up come first.
-    ``choice`` picks the formulation (``standby_formulations``).
+    ``choice`` picks the formulation (``standby_formulations``). ``relaxed``: with one standby
+    per task, first try the flow without subtopology caps (``_RelaxedStandbyFlow``); by size
+    when None.
     """
     per_task = group.standby_count(num_standby_replicas)
     if per_task == 0 or not group.stateful:
         return {task: () for task in group.stateful}
+    if relaxed is None:
+        relaxed = _standby_relaxation_pays(group, ranking, per_task)
+    if relaxed and per_task == 1:
+        flow = _RelaxedStandbyFlow(group, ranking, costs, actives, per_task)
+        flow.build()
+        flow.solve()
+        standbys = flow.standbys_within_caps()
+        if standbys is not None:
+            return standbys
     formulations = choice(group, per_task)
     for formulation in formulations:
         standbys = formulation.solve(group, ranking, costs, actives, per_task)
         if standbys is not None:
             return standbys
     raise AssertionError(f"no exact standby formulation among {formulations}")
+
+
+def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> bool:
+    """As for actives (``_relaxation_pays``): one standby per task, a large capped layer, and
+    most stateful tasks with state or a previous replica somewhere (each its own pair node in
+    the capped flow)."""
+    keys = {task.subtopology for task in group.stateful}
+    if per_task != 1 or len(keys) * len(group.clients) < RELAXED_STANDBY_PAIRS:
+        return False
+    holders, previous = ranking.holders, group.prev_standby_holders
+    known = sum(1 for task in group.stateful if holders[task] or task in previous)
+    return 2 * known > len(group.stateful)
 
 
 def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> bool:

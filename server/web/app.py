@@ -42,6 +42,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from assignor.lag import Lag, LagKind
+from assignor.model import TaskId
 from server.auth import ANONYMOUS, AuthError, Gate, Operation, Principal
 from server.web.history import PageHistory
 
@@ -327,7 +328,7 @@ def group_context(view: Any, history: PageHistory, now_ms: int) -> dict[str, Any
             "next_probe_reason": view.next_probe_reason or "no probing rebalance is needed",
             "acceptable_recovery_lag": f"{acceptable:,}" if acceptable is not None else "–",
             "warmups": sum(len(m.warmup) for m in members),
-            "error": "" if not getattr(view, "assignment_error", 0) else str(view.assignment_error),
+            "error": view.assignment_error.name if view.assignment_error else "",
         },
         "members": [{
             "member_id": m.member_id, "name": _member_name(m), "process_id": m.process_id,
@@ -348,14 +349,9 @@ def group_context(view: Any, history: PageHistory, now_ms: int) -> dict[str, Any
     }
 
 
-def _topology_tasks(view: Any) -> list[Any]:
-    topology = getattr(view, "topology", None)
-    if topology is None or not hasattr(topology, "tasks"):
-        return []
-    try:
-        return list(topology.tasks())
-    except Exception:
-        return []
+def _topology_tasks(view: Any) -> tuple[TaskId, ...]:
+    """Every task of the group's topology, so that unassigned ones show as empty rows."""
+    return view.topology.task_ids() if view.topology is not None else ()
 
 
 _DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")

@@ -13,7 +13,7 @@ import uuid
 import aiohttp
 import pytest
 
-from assignor.model import AssignmentConfig, HostInfo, StateStore
+from assignor.model import AssignmentConfig, HostInfo, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
 from client.member import GroupMember, MemberConfig, open_channel
 from remote_leader.pki import DevCa
@@ -241,3 +241,26 @@ def test_warmup_history_keeps_lines_per_replica_and_skips_unknown_lags():
     history.forget(["other"])
     assert history.warmup_lines("g") == {}
 
+
+
+def test_a_task_nobody_holds_still_has_its_row():
+    """The task grid lists the topology's every task: an unassigned one (here 0_3, while its
+    member is away) shows as an empty row, not as nothing."""
+    from assignor.cluster import AssignorError
+    from assignor.lag import Lag, LagKind
+    from server.model import GroupView, MemberView
+    from server.web.app import group_context
+
+    held = tuple(TaskId(0, p) for p in range(3))
+    member = MemberView(member_id="m1", group_instance_id="w1", process_id="p1", endpoint=None, rack=None,
+                        client_tags={}, num_threads=1, version=1, latest_supported_version=1,
+                        lags={task: Lag(LagKind.RUNNING) for task in held}, lags_updated_ms=0,
+                        active=held, standby=(), warmup=(), session_timeout_ms=10_000)
+    view = GroupView(group_id="orders-app", state="Stable", generation=3, commonly_supported_version=1,
+                     members=(member,), topology=TOPOLOGY, config=AssignmentConfig(), next_probe_ms=None,
+                     next_probe_reason="", reasons=(), last_rebalance_ms=0, last_rebalance_trigger="",
+                     assignment_error=AssignorError.NONE)
+    context = group_context(view, PageHistory(), now_ms=1_000)
+    assert context["tasks"] == ["0_0", "0_1", "0_2", "0_3"]
+    assert "0_3|m1" not in context["cells"] and context["cells"]["0_2|m1"]["role"] == "active"
+    assert context["group"]["error"] == ""
