@@ -166,8 +166,8 @@ def placement_problem(
             owners = group.prev_active_owner
             for row, task in enumerate(tasks):
                 owner = owners.get(task)
-                if owner is not None and task in ranking.holders and ranking.caught_up(task, owner) \
-                        and not ranking.caught_up(task, actives[task]):
+                if owner is not None and owner != actives[task] and task in ranking.holders \
+                        and ranking.caught_up(task, owner) and not ranking.caught_up(task, actives[task]):
                     anchor[row] = client_index[owner]
     slots = np.bincount(target, minlength=len(group.clients)).astype(np.int64)
     keys = caps = None

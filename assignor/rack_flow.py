@@ -64,7 +64,8 @@ from assignor.flow import FUNNEL_PAIRS, FlowGraph, split_exactly
 
 BIG = 1 << 40
 UNCAPPED_ROUNDS = 2  # solves of the uncapped relaxation, each guarding the pairs whose caps its direct arcs broke
-UNCAPPED_SHARE = 16  # tried when at most 1 row in this many has special clients besides its target
+UNCAPPED_SHARE = 16  # tried when at most 1 row in this many has special clients besides its target,
+UNCAPPED_SLACK = 2  # and the caps add up to this many times the tasks (else the relaxation seldom fits)
 PERTURBATION = 16  # range of the last tie-break: per (class, rack), and per row
 DEAL_PREFIX = 16  # preferences read per dealt task; more only when they are all taken
 DEAL_CHUNK = 1 << 14  # (task, client) hashes computed at once: within the CPU's fast caches
@@ -140,17 +141,19 @@ def solve_compressed(problem: PlacementProblem, own_nodes: np.ndarray | None = N
     """The optimal assignment (task index -> client index) on the tasks x racks graph.
 
     Under balance_subtopology's caps, when few tasks have special clients besides their target
-    (a fresh group, stateless tasks), first without its (subtopology, client) layer
-    (``_solve_uncapped``): a relaxation with the same prices, exact whenever its flow can be
-    dealt within the caps, as it then almost always can; else with the layer (``solve_capped``).
-    Tasks moving to an anchor or holder instead often meet a full pair, so those go to the
-    layer at once.
+    (a fresh group, stateless tasks) and the caps leave room (many subtopologies), first
+    without its (subtopology, client) layer (``_solve_uncapped``): a relaxation with the same
+    prices, exact whenever its flow can be dealt within the caps, as it then almost always can;
+    else with the layer (``solve_capped``). Tasks moving to an anchor or holder instead often
+    meet a full pair, and tight caps often cannot take what the relaxation sends to a rack, so
+    those go to the layer at once.
     """
     if not len(problem.target):
         return np.zeros(0, dtype=np.int64)
-    keys, _, _ = _caps(problem)
+    keys, _, caps = _caps(problem)
     rows = _Rows(problem, keys)
-    if problem.caps is not None and own_nodes is None and UNCAPPED_SHARE * int(rows.several.sum()) <= len(rows.rows):
+    if problem.caps is not None and own_nodes is None and UNCAPPED_SHARE * int(rows.several.sum()) <= len(rows.rows) \
+            and int(np.asarray(caps).sum()) >= UNCAPPED_SLACK * len(problem.target):
         assignment = _solve_uncapped(problem, rows)
         if assignment is not None:
             return assignment

@@ -38,6 +38,7 @@ from assignor.target import Group
 SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
 MAX_ROUNDS = 50
+LOSS_INDEX_AFTER = 10_000  # partner checks after which the spread search builds its loss index
 
 
 class _Standbys:
@@ -60,6 +61,7 @@ class _Standbys:
         self.members = {cls: [c for c, here in enumerate(self.loc) if here == cls] for cls in self.classes}
         self.cursor = dict.fromkeys(self.classes, 0)
         self.weight = max((len(h) for h in self.holders), default=0) + 1
+        self.spread_memo: dict[tuple, int] = {}
         self.budget = SEARCH_BUDGET
         self.swapped: set[int] = set()
         self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
@@ -96,7 +98,7 @@ class _Standbys:
                         self.restoring[client].add(task)
                         self.restoring_at[self.loc[client]].add(client)
         self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
-        self.losses: _Losses | None = None  # built by the first partner search that needs it
+        self.losses: _Losses | None = None  # built once partner searches have cost LOSS_INDEX_AFTER checks
 
     def ready_for(self, task: int, client: int) -> bool:
         """Is ``client`` caught up on ``task``? (Only with readiness: ``ready`` not None.)"""
@@ -118,10 +120,16 @@ class _Standbys:
             # One standby (the common case): a key scores weight + 1 exactly where it shares
             # the active's value, the general sum below with one holder.
             return (self.weight + 1) * sum(map(operator.eq, active, holder_locs[0]))
-        score = 0
-        for key, value in enumerate(active):
-            seen = [loc[key] for loc in holder_locs]
-            score += self.weight * seen.count(value) + len(seen) + 1 - len(set(seen) | {value})
+        # Several standbys: the score depends on the locations alone, in any order, and groups
+        # have few of them, so each combination is worked out once.
+        memo_key = (active, *sorted(holder_locs))
+        score = self.spread_memo.get(memo_key)
+        if score is None:
+            score = 0
+            for key, value in enumerate(active):
+                seen = [loc[key] for loc in holder_locs]
+                score += self.weight * seen.count(value) + len(seen) + 1 - len(set(seen) | {value})
+            self.spread_memo[memo_key] = score
         return score
 
     def spread_now(self, task: int) -> int:
@@ -239,9 +247,9 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     members = state.members[cls]
     start = state.cursor[cls]
     arriving = state.loc[client]
-    if state.losses is None:
+    if state.losses is None and SEARCH_BUDGET - state.budget >= LOSS_INDEX_AFTER:
         state.losses = _Losses(state)
-    below = state.losses.below(cls, arriving, gain)
+    below = None if state.losses is None else state.losses.below(cls, arriving, gain)
     for other_client in _members_to_scan(state, task, client, cls, start):
         if not state.may_take(task, other_client):
             continue
@@ -278,35 +286,66 @@ class _Losses:
     def __init__(self, state: _Standbys) -> None:
         self.state = state
         self.slots: dict[tuple, dict[int, dict[int, set[int]]]] = {}
-        self.filed: list[list[tuple[tuple, int, int]]] = [[] for _ in state.tasks]
-        for task in range(len(state.tasks)):
+        single = np.flatnonzero(state.single)
+        self._file_single(single)
+        for task in np.flatnonzero(~state.single).tolist():
             self.add(task)
 
-    def add(self, task: int) -> None:
+    def _file_single(self, tasks: np.ndarray) -> None:
+        """``add`` for every task with one standby at once: its loss moving from ``here`` to
+        ``there`` is (weight + 1) x (values shared with its active there - here)."""
         state = self.state
-        filed = self.filed[task]
+        if not len(tasks):
+            return
+        classes = state.classes
+        class_index = {cls: index for index, cls in enumerate(classes)}
+        shared = np.array([[sum(map(operator.eq, a, b)) for b in classes] for a in classes], dtype=np.int64)
+        clients = np.array([state.holders[t][0] for t in tasks.tolist()], dtype=np.int64)
+        client_class = np.array([class_index[loc] for loc in state.loc], dtype=np.int64)
+        here, active = client_class[clients], client_class[np.asarray(state.active, dtype=np.int64)[tasks]]
+        count = len(classes)
+        there = np.tile(np.arange(count), len(tasks))
+        rows = np.repeat(np.arange(len(tasks)), count)
+        keep = there != here[rows]
+        rows, there = rows[keep], there[keep]
+        loss = (state.weight + 1) * (shared[active[rows], there] - shared[active[rows], here[rows]])
+        order = np.lexsort((tasks[rows], clients[rows], loss, there, here[rows]))
+        table = np.column_stack([here[rows], there, loss, clients[rows]])[order]
+        members = tasks[rows][order]
+        bounds = np.flatnonzero((np.diff(table, axis=0) != 0).any(axis=1)) + 1
+        starts = np.concatenate([[0], bounds]).tolist()
+        ends = [*bounds.tolist(), len(table)]
+        members_list = members.tolist()
+        for (here_class, there_class, group_loss, client), begin, end in zip(table[starts].tolist(), starts, ends,
+                                                                            strict=True):
+            by_loss = self.slots.setdefault((classes[here_class], classes[there_class]), {})
+            by_loss.setdefault(group_loss, {})[client] = set(members_list[begin:end])
+
+    def _entries(self, task: int):
+        state = self.state
         score = state.scores[task]
         for client in state.holders[task]:
             here = state.loc[client]
             for there in state.classes:
                 if there != here:
-                    loss = state.spread_if(task, client, there) - score
-                    key = (here, there)
-                    self.slots.setdefault(key, {}).setdefault(loss, {}).setdefault(client, set()).add(task)
-                    filed.append((key, loss, client))
+                    yield (here, there), state.spread_if(task, client, there) - score, client
+
+    def add(self, task: int) -> None:
+        for key, loss, client in self._entries(task):
+            self.slots.setdefault(key, {}).setdefault(loss, {}).setdefault(client, set()).add(task)
 
     def remove(self, task: int) -> None:
-        for key, loss, client in self.filed[task]:
+        """Before ``task``'s standbys change: its entries are where ``add`` filed them."""
+        for key, loss, client in self._entries(task):
             by_client = self.slots[key][loss]
             tasks = by_client[client]
             tasks.discard(task)
             if not tasks:
                 del by_client[client]
-        self.filed[task] = []
 
     def below(self, here: tuple, there: tuple, gain: int) -> list[dict[int, set[int]]] | None:
         """The slots at ``here`` whose loss moving to ``there`` is below ``gain``: client -> tasks,
-        one mapping per loss (a handful of distinct values)."""
+        one mapping per loss (a handful of distinct values). (None would mean: do not narrow.)"""
         return [by_client for loss, by_client in self.slots.get((here, there), {}).items() if loss < gain and by_client]
 
 
@@ -390,6 +429,8 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
     zones = sorted(set(zone_of))
     changed = False
     slots = _slots_by_zone(state, zone_of)
+    # Readiness can rule partners out only if some task is caught up somewhere (not in a fresh group).
+    readiness_narrows = state.ready is not None and not state.everywhere_but and any(state.ready)
     deltas = {zone: _ZoneDeltas(pricing, state, zone, zone_slots) for zone, zone_slots in slots.items()}
     for source in zones:
         if source not in slots:
@@ -408,7 +449,7 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
             partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
             used = [False] * len(partners)
             first = 0
-            ready_partners = _ReadyPartners(state, partners, used) if state.ready and not state.everywhere_but else None
+            ready_partners = _ReadyPartners(state, partners, used) if readiness_narrows else None
             for delta_t, task, client in movers:
                 while first < len(partners) and used[first]:
                     first += 1
@@ -470,6 +511,8 @@ class _ReadyPartners:
         special = sorted(index for index in special if index >= first)
         if client in state.ready[task]:
             return iter(special)
+        if 2 * len(self.restoring) >= len(self.used):  # most partners restore: the check filters the rest
+            return range(first, len(self.used))
         restoring, used = self.restoring, self.used
         while self.first_restoring < len(restoring) and used[restoring[self.first_restoring]]:
             self.first_restoring += 1
