@@ -483,6 +483,8 @@ def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
     relaxed one per owner), with few tasks that lost their owner but have state elsewhere (a
     scale-in: their holders' other tasks are of the same subtopologies, so the relaxed optimum,
     free to move those, rarely decodes within the caps and would only add a solve)."""
+    if 2 * len(group.prev_active_owner) <= len(ways):
+        return False
     keys = {key for _, key, _, _, _ in ways}
     if len(keys) <= SPREAD or len(keys) * len(group.clients) < RELAXED_PAIRS:
         return False
@@ -1355,15 +1357,17 @@ def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> b
     """As for actives (``_relaxation_pays``): one standby per task, a large capped layer, most
     stateful tasks with state or a previous replica somewhere (each its own pair node in the
     capped flow), and each previous standby holder's standbys spanning several subtopologies."""
-    keys = {task.subtopology for task in group.stateful}
-    if per_task != 1 or len(keys) <= SPREAD or len(keys) * len(group.clients) < RELAXED_PAIRS:
-        return False
-    holders, previous = ranking.holders, group.prev_standby_holders
-    known = sum(1 for task in group.stateful if holders[task] or task in previous)
-    if 2 * known <= len(group.stateful):
+    previous = group.prev_standby_holders
+    if per_task != 1 or not previous:
         return False
     pairs = {(task.subtopology, holder) for task, standby in previous.items() for holder in standby}
-    return len(pairs) > SPREAD * len({holder for _, holder in pairs})
+    if len(pairs) <= SPREAD * len({holder for _, holder in pairs}):
+        return False
+    keys = {task.subtopology for task in group.stateful}
+    if len(keys) * len(group.clients) < RELAXED_PAIRS:
+        return False
+    holders = ranking.holders
+    return 2 * sum(1 for task in group.stateful if holders[task] or task in previous) > len(group.stateful)
 
 
 def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> bool:
