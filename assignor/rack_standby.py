@@ -84,6 +84,8 @@ class _Standbys:
                     self.ready.append(frozenset())
                 else:
                     self.ready.append(frozenset(client_index[c] for c, rank in ranks.items() if rank == 0))
+            if not self.everywhere_but and not any(self.ready):
+                self.ready = None  # nobody caught up on anything (a fresh group): every swap restores as much
         # Per client, the standbys on it that still restore there, and the tasks caught up on
         # it (only with ``ready``): what ``_partner_candidates`` narrows the search to.
         self.restoring: list[set[int]] = [set() for _ in self.clients]
@@ -286,40 +288,50 @@ class _Losses:
     def __init__(self, state: _Standbys) -> None:
         self.state = state
         self.slots: dict[tuple, dict[int, dict[int, set[int]]]] = {}
-        single = np.flatnonzero(state.single)
-        self._file_single(single)
-        for task in np.flatnonzero(~state.single).tolist():
-            self.add(task)
+        self.filed: dict[int, list[tuple[tuple, int, int]]] = {}
+        counts = np.array([len(h) for h in state.holders], dtype=np.int64)
+        for count in np.unique(counts).tolist():
+            self._file_alike(np.flatnonzero(counts == count), count)
 
-    def _file_single(self, tasks: np.ndarray) -> None:
-        """``add`` for every task with one standby at once: its loss moving from ``here`` to
-        ``there`` is (weight + 1) x (values shared with its active there - here)."""
+    def _file_alike(self, tasks: np.ndarray, count: int) -> None:
+        """``add`` for every task with ``count`` standbys at once (numpy): per key, a location
+        scores weight x (standbys sharing the active's value) + count + 1 - (distinct values
+        among the active and its standbys), as ``_Standbys.spread``."""
         state = self.state
-        if not len(tasks):
-            return
         classes = state.classes
         class_index = {cls: index for index, cls in enumerate(classes)}
-        shared = np.array([[sum(map(operator.eq, a, b)) for b in classes] for a in classes], dtype=np.int64)
-        clients = np.array([state.holders[t][0] for t in tasks.tolist()], dtype=np.int64)
+        class_values = np.array(classes, dtype=np.int64).reshape(len(classes), -1)
         client_class = np.array([class_index[loc] for loc in state.loc], dtype=np.int64)
-        here, active = client_class[clients], client_class[np.asarray(state.active, dtype=np.int64)[tasks]]
-        count = len(classes)
-        there = np.tile(np.arange(count), len(tasks))
-        rows = np.repeat(np.arange(len(tasks)), count)
-        keep = there != here[rows]
-        rows, there = rows[keep], there[keep]
-        loss = (state.weight + 1) * (shared[active[rows], there] - shared[active[rows], here[rows]])
-        order = np.lexsort((tasks[rows], clients[rows], loss, there, here[rows]))
-        table = np.column_stack([here[rows], there, loss, clients[rows]])[order]
-        members = tasks[rows][order]
-        bounds = np.flatnonzero((np.diff(table, axis=0) != 0).any(axis=1)) + 1
+        holders = np.array([state.holders[t] for t in tasks.tolist()], dtype=np.int64).reshape(len(tasks), count)
+        active = class_values[client_class[np.asarray(state.active, dtype=np.int64)[tasks]]][:, None, :]
+        held = class_values[client_class[holders]]  # (tasks, count, keys)
+        score = np.asarray(state.scores, dtype=np.int64)[tasks]
+        parts = []
+        for slot in range(count):
+            here = client_class[holders[:, slot]]
+            for there in range(len(classes)):
+                moved = held.copy()
+                moved[:, slot, :] = class_values[there]
+                values = np.concatenate([moved, active], axis=1)  # (tasks, count + 1, keys)
+                distinct = np.ones(values.shape[::2], dtype=np.int64)
+                for index in range(1, count + 1):
+                    distinct += (values[:, index:index + 1, :] != values[:, :index, :]).all(axis=1)
+                shared = (moved == active).sum(axis=1)
+                loss = (state.weight * shared + count + 1 - distinct).sum(axis=1) - score
+                keep = here != there
+                parts.append(np.column_stack([here[keep], np.full(int(keep.sum()), there), loss[keep],
+                                              holders[keep, slot], tasks[keep]]))
+        table = np.concatenate(parts)
+        if not len(table):
+            return
+        table = table[np.lexsort(table.T[::-1])]
+        bounds = np.flatnonzero((np.diff(table[:, :4], axis=0) != 0).any(axis=1)) + 1
         starts = np.concatenate([[0], bounds]).tolist()
         ends = [*bounds.tolist(), len(table)]
-        members_list = members.tolist()
-        for (here_class, there_class, group_loss, client), begin, end in zip(table[starts].tolist(), starts, ends,
-                                                                            strict=True):
-            by_loss = self.slots.setdefault((classes[here_class], classes[there_class]), {})
-            by_loss.setdefault(group_loss, {})[client] = set(members_list[begin:end])
+        members = table[:, 4].tolist()
+        for (here, there, loss, client), begin, end in zip(table[starts, :4].tolist(), starts, ends, strict=True):
+            by_client = self.slots.setdefault((classes[here], classes[there]), {}).setdefault(loss, {})
+            by_client.setdefault(client, set()).update(members[begin:end])
 
     def _entries(self, task: int):
         state = self.state
@@ -331,17 +343,25 @@ class _Losses:
                     yield (here, there), state.spread_if(task, client, there) - score, client
 
     def add(self, task: int) -> None:
-        for key, loss, client in self._entries(task):
+        entries = self.filed[task] = list(self._entries(task))
+        for key, loss, client in entries:
             self.slots.setdefault(key, {}).setdefault(loss, {}).setdefault(client, set()).add(task)
 
     def remove(self, task: int) -> None:
-        """Before ``task``'s standbys change: its entries are where ``add`` filed them."""
-        for key, loss, client in self._entries(task):
+        """Before ``task``'s standbys change: its entries are where ``add`` filed them (worked
+        out again for a task filed in bulk: its standbys have not changed since)."""
+        entries = self.filed.pop(task, None)
+        for key, loss, client in entries if entries is not None else self._entries(task):
             by_client = self.slots[key][loss]
             tasks = by_client[client]
             tasks.discard(task)
             if not tasks:
                 del by_client[client]
+
+    def accepts(self, task: int, client: int, there: tuple) -> bool:
+        """Would ``task``'s spread stay as good with its standby on ``client`` moved to ``there``?"""
+        return any(task in by_client.get(client, ())
+                   for loss, by_client in self.slots.get((self.state.loc[client], there), {}).items() if loss <= 0)
 
     def below(self, here: tuple, there: tuple, gain: int) -> list[dict[int, set[int]]] | None:
         """The slots at ``here`` whose loss moving to ``there`` is below ``gain``: client -> tasks,
@@ -429,8 +449,7 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
     zones = sorted(set(zone_of))
     changed = False
     slots = _slots_by_zone(state, zone_of)
-    # Readiness can rule partners out only if some task is caught up somewhere (not in a fresh group).
-    readiness_narrows = state.ready is not None and not state.everywhere_but and any(state.ready)
+    readiness_narrows = state.ready is not None and not state.everywhere_but
     deltas = {zone: _ZoneDeltas(pricing, state, zone, zone_slots) for zone, zone_slots in slots.items()}
     for source in zones:
         if source not in slots:
@@ -556,11 +575,13 @@ class _ZoneDeltas:
         shared_there = (self.active_loc == np.array(dest_location, dtype=np.int64)).sum(axis=1)
         keep = np.flatnonzero((delta < bound) & (~self.single | (shared_there <= self.shared_here)))
         holders, single = state.holders, self.single[keep].tolist()
+        not_worse = state.losses.accepts if state.losses is not None else \
+            lambda t, c, there: state.spread_if(t, c, there) <= state.spread_now(t)
         return [
             (d, t, c)
             for d, t, c, one in zip(delta[keep].tolist(), self.tasks[keep].tolist(), self.clients[keep].tolist(),
                                     single, strict=True)
-            if c in holders[t] and (one or state.spread_if(t, c, dest_location) <= state.spread_now(t))
+            if c in holders[t] and (one or not_worse(t, c, dest_location))
         ]
 
 
