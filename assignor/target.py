@@ -356,27 +356,32 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
     if not group.clients or not group.specs:
         return {}
     prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
-    ways = _active_ways(group, ranking, costs, prone)
+    hub_only, ways = _active_ways(group, ranking, costs, prone)
     if relaxed is None:
-        relaxed = own_arcs is None and _relaxation_pays(group, ways)
+        relaxed = own_arcs is None and _relaxation_pays(group, hub_only, ways)
     if relaxed:
-        target = _relaxed_active_target(group, ways)
+        target = _relaxed_active_target(group, hub_only, ways)
         if target is not None:
             return target
     while True:
-        target, fed, hubs = _capped_active_target(group, ways, own_arcs)
+        target, fed, hubs = _capped_active_target(group, hub_only, ways, own_arcs)
         if not fed:
             return target
         own_arcs = hubs.next_round(fed)
 
 
-# One task's ways out in the active flow: (task, its key, hub price, special clients' prices or
-# None when it has none, previous owner)
-_Ways = tuple[TaskId, tuple[int, bool], int, "dict[str, int] | None", "str | None"]
+# One task's ways out in the active flow: (task, its key, hub price, special clients' prices,
+# previous owner)
+_Ways = tuple[TaskId, tuple[int, bool], int, dict[str, int], "str | None"]
+# The tasks without special clients, by (key, hub price)
+_HubOnly = dict[tuple[tuple[int, bool], int], list[TaskId]]
 
 
-def _active_ways(group: Group, ranking: Ranking, costs: CostModel, prone: Container[TaskId]) -> list[_Ways]:
-    """Every task's prices in the active flow, computed once for whichever graph is solved."""
+def _active_ways(group: Group, ranking: Ranking, costs: CostModel,
+                 prone: Container[TaskId]) -> tuple[_HubOnly, list[_Ways]]:
+    """Every task's prices in the active flow, computed once for whichever graph is solved: the
+    tasks that only the hubs reach, and the others' ways out."""
+    hub_only: _HubOnly = defaultdict(list)
     ways = []
     append = ways.append
     for task, spec in group.specs.items():
@@ -386,7 +391,7 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel, prone: Contai
             hub_cost = costs.no_state_arc(ranking, task)
             holders = ranking.holders[task]
             if owner is None and not holders:
-                append((task, key, hub_cost, None, None))
+                hub_only[key, hub_cost].append(task)
                 continue
             special = costs.special_arcs(ranking, task, holders if owner is None or owner in holders
                                          else [*holders, owner], (owner,))
@@ -394,12 +399,12 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel, prone: Contai
                 hub_cost += STANDBY_CHAIN
                 special = {c: price + STANDBY_CHAIN * (c != owner) for c, price in special.items()}
         elif owner is None:
-            append((task, key, MOVE, None, None))
+            hub_only[key, MOVE].append(task)
             continue
         else:
             hub_cost, special = MOVE, {owner: 0}
         append((task, key, hub_cost, special, owner))
-    return ways
+    return hub_only, ways
 
 
 def _active_windows(graph: FlowGraph, group: Group) -> tuple[list[int], list[int], int]:
@@ -427,7 +432,7 @@ def _active_windows(graph: FlowGraph, group: Group) -> tuple[list[int], list[int
     return [stateful_node[c] for c in clients], [stateless_node[c] for c in clients], sink
 
 
-def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[str] | None):
+def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], own_arcs: frozenset[str] | None):
     """The active flow with every subtopology cap: (target, clients the funnels fed, hubs); the
     target is None when the funnels' flow found no split (solve again, ``next_round``)."""
     graph = FlowGraph()
@@ -443,13 +448,11 @@ def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[s
                             lambda key: stateful_array if key[1] else stateless_array,
                             own_arcs)
     classes = _TaskClasses(units=1)
-    hub_only = classes.hub_only
     hub = hubs.hub
+    for (key, hub_cost), tasks in hub_only.items():
+        classes.hub_only[key, hub[key], hub_cost].extend(tasks)
     for task, key, hub_cost, special, owner in ways:
-        if special is None:
-            hub_only[key, hub[key], hub_cost].append(task)
-        else:
-            classes.add(task, key, hub[key], hub_cost, special, owner)
+        classes.add(task, key, hub[key], hub_cost, special, owner)
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
@@ -476,21 +479,21 @@ RELAXED_PAIRS = 5_000
 SPREAD = 3
 
 
-def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
+def _relaxation_pays(group: Group, hub_only: _HubOnly, ways: list[_Ways]) -> bool:
     """Try the relaxed flow first when the capped one is large and the relaxed one much smaller:
     most tasks have a previous owner (a settled group changing) and each owner's tasks span
     several subtopology keys (``SPREAD``: the capped flow has a class per (key, owner), the
     relaxed one per owner), with few tasks that lost their owner but have state elsewhere (a
     scale-in: their holders' other tasks are of the same subtopologies, so the relaxed optimum,
     free to move those, rarely decodes within the caps and would only add a solve)."""
-    if 2 * len(group.prev_active_owner) <= len(ways):
+    if 2 * len(group.prev_active_owner) <= len(group.specs):
         return False
-    keys = {key for _, key, _, _, _ in ways}
+    keys = {key for _, key, _, _, _ in ways}.union(key for key, _ in hub_only)
     if len(keys) <= SPREAD or len(keys) * len(group.clients) < RELAXED_PAIRS:
         return False
     owned = [(key, owner) for _, key, _, _, owner in ways if owner is not None]
-    orphans = sum(1 for way in ways if way[4] is None and way[3] is not None)
-    if 2 * len(owned) <= len(ways) or 20 * orphans >= len(ways):
+    orphans = len(ways) - len(owned)
+    if 2 * len(owned) <= len(group.specs) or 20 * orphans >= len(group.specs):
         return False
     return len(set(owned)) > SPREAD * len({owner for _, owner in owned})
 
@@ -552,7 +555,7 @@ class _CrowdedPairs:
         return int(graph.flows(self._excess).sum())
 
 
-def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str] | None:
+def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) -> dict[TaskId, str] | None:
     """The active flow with subtopology caps only on crowded pairs (``_CrowdedPairs``), then
     each of its units placed within the caps.
 
@@ -577,21 +580,19 @@ def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str]
     heads = {True: dict(zip(clients, stateful_nodes, strict=True)),
              False: dict(zip(clients, stateless_nodes, strict=True))}
     pairs = _CrowdedPairs.of(graph, lambda key, client: heads[key[1]][client], caps, clients,
-                             ((key, client) for _, key, _, special, owner in ways if special is not None
+                             ((key, client) for _, key, _, special, owner in ways
                               for client in ((owner,) if owner is not None else special)))
     hub = {True: graph.node(), False: graph.node()}
     hub_arcs = {True: graph.arcs(hub[True], stateful_nodes, BIG_CAPACITY, 0),
                 False: graph.arcs(hub[False], stateless_nodes, BIG_CAPACITY, 0)}
     classes = _TaskClasses(units=1)
-    hub_only = classes.hub_only
     shared = {True: (None, True), False: (None, False)}  # the class key of tasks on no crowded pair
+    for (key, hub_cost), tasks in hub_only.items():
+        classes.hub_only[shared[key[1]], hub[key[1]], hub_cost].extend(tasks)
     for task, key, hub_cost, special, owner in ways:
         stateful = key[1]
-        if special is None:
-            hub_only[shared[stateful], hub[stateful], hub_cost].append(task)
-        else:
-            classes.add(task, key if pairs.crowds(key, special) else shared[stateful], hub[stateful], hub_cost,
-                        special, owner)
+        classes.add(task, key if pairs.crowds(key, special) else shared[stateful], hub[stateful], hub_cost,
+                    special, owner)
     classes.build(graph, pairs)
     pairs.close()
     graph.supply(sink, -len(group.specs))
