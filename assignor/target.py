@@ -762,6 +762,7 @@ class _TaskClasses:
         together with where the hub sends them."""
         decoded = _Decoded()
         flows = graph.flows(self._arcs).tolist()
+        anchored: dict[tuple, list] = {}
         for members in self._classes.values():
             extras = members.extras
             if members.anchor is None and not extras:
@@ -792,7 +793,21 @@ class _TaskClasses:
                     decoded.pick_tasks.append(task)
                     decoded.pick_clients.append(client)
             rest = [task for task in members.tasks if task not in taken] if taken else members.tasks
-            decoded.group(members.anchor, rest, anchor_units)
+            if members.anchor is None:
+                decoded.group(None, rest, 0)
+                continue
+            # The rest stay on the anchor or leave for the hub, at the same two prices in every
+            # class alike but for its further special clients (a task with more of them than
+            # units is a class alone): one open group for all of them.
+            signature = (members.key, members.entry, members.hub_cost, members.anchor, members.anchor_cost)
+            group = anchored.get(signature)
+            if group is None:
+                anchored[signature] = [list(rest), anchor_units]
+            else:
+                group[0].extend(rest)
+                group[1] += anchor_units
+        for (_, _, _, anchor, _), (tasks, stay) in anchored.items():
+            decoded.group(anchor, tasks, stay)
         return decoded
 
 
