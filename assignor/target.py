@@ -34,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from operator import attrgetter
 
 import numpy as np
 
@@ -327,18 +328,26 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
         return set()
     ceiling = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
     held: dict[str, int] = defaultdict(int)
-    for task in group.stateful:
-        owner = group.prev_active_owner.get(task)
-        for client in (owner, *group.prev_standby_holders.get(task, ())):
-            if client is not None and ranking.caught_up(task, client):
+    owners, standbys, ranks, absent = group.prev_active_owner, group.prev_standby_holders, ranking.holders, ranking.absent
+    none: frozenset[str] = frozenset()
+    for task in group.stateful:  # caught up: rank 0 (ranking.caught_up, inlined: a hot loop)
+        task_ranks, rank_absent = ranks[task], absent[task]
+        owner = owners.get(task)
+        if owner is not None and task_ranks.get(owner, rank_absent) == 0:
+            held[owner] += 1
+        for client in standbys.get(task, none):
+            if task_ranks.get(client, rank_absent) == 0:
                 held[client] += 1
     spare = {c: held[c] - ceiling[c].ceiling for c in group.clients}
     prone = set()
     for task in group.stateful:
-        owner = group.prev_active_owner.get(task)
-        if owner is None or spare[owner] > 0 or not ranking.caught_up(task, owner):
+        owner = owners.get(task)
+        if owner is None or spare[owner] > 0:
             continue
-        if all(spare[c] <= 0 for c in group.prev_standby_holders.get(task, ()) if ranking.caught_up(task, c)):
+        task_ranks, rank_absent = ranks[task], absent[task]
+        if task_ranks.get(owner, rank_absent) != 0:
+            continue
+        if all(spare[c] <= 0 for c in standbys.get(task, none) if task_ranks.get(c, rank_absent) == 0):
             prone.add(task)
     return prone
 
@@ -597,7 +606,8 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     pairs.close()
     graph.supply(sink, -len(group.specs))
     graph.solve()
-    keeper = _CapKeeper(caps, lambda task: _group_key(group.specs[task]), group.prev_active_owner, clients)
+    keys = {task: _group_key(spec) for task, spec in group.specs.items()}
+    keeper = _CapKeeper(caps, keys.__getitem__, group.prev_active_owner, clients)
     return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
 
 
@@ -631,7 +641,7 @@ def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hu
         for key, units in plan.items():
             for task, client in zip(sorted(hub_tasks[key]), round_robin(units, sorted(units)), strict=True):
                 target[task] = client
-    if _excess(((_group_key(specs[task]), client) for task, client in target.items()), keeper.caps, clients) > paid:
+    if _excess(((keeper.key_of(task), client) for task, client in target.items()), keeper.caps, clients) > paid:
         return None
     return target
 
@@ -841,12 +851,16 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
     Room on a client counts every direct placement there, and every task of a group that may
     stay there. Returns the direct placements (tasks, clients), the hub tasks by key and the
     hub units per key and client; None when no choice fits."""
-    direct: dict[tuple, int] = defaultdict(int)
+    wanting = np.flatnonzero(demand).tolist()
+    column_of = {clients[index]: column for column, index in enumerate(wanting)}
+    direct: dict[tuple, int] = defaultdict(int)  # on the clients the hub serves
     for task, client in zip(decoded.pick_tasks, decoded.pick_clients, strict=True):
-        direct[key_of(task), client] += 1
-    for client, tasks, _ in decoded.groups:
-        for task in tasks:
+        if client in column_of:
             direct[key_of(task), client] += 1
+    for client, tasks, _ in decoded.groups:
+        if client in column_of:
+            for task in tasks:
+                direct[key_of(task), client] += 1
     fixed: dict[object, int] = defaultdict(int)
     for task in decoded.hub_tasks:
         fixed[key_of(task)] += 1
@@ -858,8 +872,6 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
         group_keys.append(by_key)
     keys = sorted(set(fixed).union(*group_keys), key=_sort_key)
     key_node = {key: len(decoded.groups) + row for row, key in enumerate(keys)}
-    wanting = np.flatnonzero(demand).tolist()
-    client_node = {index: len(decoded.groups) + len(keys) + column for column, index in enumerate(wanting)}
     tails: list[int] = []
     heads: list[int] = []
     capacities: list[int] = []
@@ -869,19 +881,22 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
             heads.append(key_node[key])
             capacities.append(len(tasks))
     first_cell = len(tails)
-    cells = []
-    for key in keys:
-        for index in wanting:
-            room = int(caps[key][index]) - direct.get((key, clients[index]), 0)
-            if room > 0:
-                tails.append(key_node[key])
-                heads.append(client_node[index])
-                capacities.append(room)
-                cells.append((key, clients[index]))
-    sources = [*range(len(decoded.groups)), *(key_node[key] for key in keys)]
-    supplies = [len(tasks) - stay for _, tasks, stay in decoded.groups] + [fixed.get(key, 0) for key in keys]
-    flows = feasible_flow(len(decoded.groups) + len(keys) + len(wanting), tails, heads, capacities,
-                          sources, supplies, list(client_node.values()), [int(demand[index]) for index in wanting])
+    row_of = {key: row for row, key in enumerate(keys)}
+    room = np.stack([caps[key][wanting] for key in keys]) if keys else np.zeros((0, len(wanting)), dtype=np.int64)
+    for (key, client), count in direct.items():
+        row = row_of.get(key)
+        if row is not None:
+            room[row, column_of[client]] -= count
+    rows, columns = np.nonzero(room > 0)
+    first_client = len(decoded.groups) + len(keys)
+    flows = feasible_flow(
+        first_client + len(wanting),
+        np.concatenate([np.asarray(tails, dtype=np.int64), rows + len(decoded.groups)]),
+        np.concatenate([np.asarray(heads, dtype=np.int64), columns + first_client]),
+        np.concatenate([np.asarray(capacities, dtype=np.int64), room[rows, columns]]),
+        np.arange(first_client),
+        [len(tasks) - stay for _, tasks, stay in decoded.groups] + [fixed.get(key, 0) for key in keys],
+        np.arange(first_client, first_client + len(wanting)), demand[wanting])
     if flows is None:
         return None
     pick_tasks, pick_clients = list(decoded.pick_tasks), list(decoded.pick_clients)
@@ -898,9 +913,9 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
             pick_clients.extend([client] * staying)
             hub_tasks[key].extend(tasks[staying:])
     plan: dict[object, dict[str, int]] = defaultdict(dict)
-    for (key, client), amount in zip(cells, flows[first_cell:].tolist(), strict=True):
-        if amount:
-            plan[key][client] = int(amount)
+    cell_flows = flows[first_cell:]
+    for cell in np.flatnonzero(cell_flows).tolist():
+        plan[keys[int(rows[cell])]][clients[wanting[int(columns[cell])]]] = int(cell_flows[cell])
     return pick_tasks, pick_clients, hub_tasks, plan
 
 
@@ -1037,10 +1052,12 @@ class _StandbyFlow:
         return _SubtopologyHubs(self.graph, self.counts, self.group.clients, self.group.threads,
                                 lambda key: replica_nodes, own_arcs)
 
-    def ways(self) -> Iterable[tuple[TaskId, int, int, dict[str, int] | None, str | None]]:
-        """Every stateful task's ways out: (task, subtopology, hub price, its special clients'
-        prices or None when it has none, previous owner)."""
+    def ways(self) -> tuple[list[TaskId], list[tuple[TaskId, int, int, dict[str, int], str | None]]]:
+        """The stateful tasks no client has state of nor held before (only hubs reach them), and
+        every other task's ways out: (task, subtopology, hub price, its special clients' prices,
+        previous owner)."""
         group, ranking, costs, actives = self.group, self.ranking, self.costs, self.actives
+        hub_only, ways = [], []
         for task in group.stateful:
             owner = group.prev_active_owner.get(task)
             previous = group.prev_standby_holders.get(task, frozenset())
@@ -1048,23 +1065,23 @@ class _StandbyFlow:
                 previous = previous | {owner}
             holders = ranking.holders[task]
             if not holders and not previous:
-                yield task, task.subtopology, costs.no_state_arc(ranking, task), None, owner
+                hub_only.append(task)
                 continue
             special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {actives[task]}
                                                          if client in group.threads], previous)
-            yield task, task.subtopology, costs.no_state_arc(ranking, task), special, owner
+            ways.append((task, task.subtopology, costs.no_state_arc(ranking, task), special, owner))
+        return hub_only, ways
 
     def add_classes(self, entry: Callable[[int, str], int]) -> None:
         """Every stateful task into its class; ``entry(subtopology, active)`` is the node through
         which its standbys reach clients without its state."""
-        classes, actives = self.classes, self.actives
-        hub_only = classes.hub_only
-        for task, key, hub_cost, special, owner in self.ways():
-            entry_node = entry(key, actives[task])
-            if special is None:
-                hub_only[key, entry_node, hub_cost].append(task)
-            else:
-                classes.add(task, key, entry_node, hub_cost, special, owner)
+        classes, actives, ranking, costs = self.classes, self.actives, self.ranking, self.costs
+        hub_only, ways = self.ways()
+        for task in hub_only:
+            key = task.subtopology
+            classes.hub_only[key, entry(key, actives[task]), costs.no_state_arc(ranking, task)].append(task)
+        for task, key, hub_cost, special, owner in ways:
+            classes.add(task, key, entry(key, actives[task]), hub_cost, special, owner)
 
     def solve(self) -> None:
         self.classes.build(self.graph, self.hubs)
@@ -1134,21 +1151,21 @@ class _RelaxedStandbyFlow(_StandbyFlow):
     def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None) -> _CrowdedPairs:
         group, graph = self.group, self.graph
         self.caps = _subtopology_caps(self.counts, group.threads, group.clients)
-        self.special = list(self.ways())
+        self.hub_only, self.special = self.ways()
         self.hub = graph.node()
         self.hub_arcs = graph.arcs(self.hub, replica_nodes, BIG_CAPACITY, 0)
         head = dict(zip(group.clients, replica_nodes.tolist(), strict=True))
         return _CrowdedPairs.of(graph, lambda key, client: head[client], self.caps, group.clients,
-                                ((key, client) for _, key, _, special, _ in self.special for client in special or ()))
+                                ((key, client) for _, key, _, special, _ in self.special for client in special))
 
     def build(self) -> None:
         classes, pairs, hub = self.classes, self.hubs, self.hub
         hub_only = classes.hub_only
+        ranking, costs = self.ranking, self.costs
+        for task in self.hub_only:
+            hub_only[None, hub, costs.no_state_arc(ranking, task)].append(task)
         for task, key, hub_cost, special, owner in self.special:
-            if special is None:
-                hub_only[None, hub, hub_cost].append(task)
-            else:
-                classes.add(task, key if pairs.crowds(key, special) else None, hub, hub_cost, special, owner)
+            classes.add(task, key if pairs.crowds(key, special) else None, hub, hub_cost, special, owner)
 
     def standbys_within_caps(self) -> dict[TaskId, tuple[str, ...]] | None:
         group = self.group
@@ -1159,7 +1176,7 @@ class _RelaxedStandbyFlow(_StandbyFlow):
                 holder = next(iter(holders))
                 if holder != self.actives[task] and holder in group.threads:
                     origin[task] = holder
-        keeper = _CapKeeper(self.caps, lambda task: task.subtopology, origin, group.clients)
+        keeper = _CapKeeper(self.caps, attrgetter("subtopology"), origin, group.clients)
         settled = _settle_leavers(self.classes.decode_within(self.graph, keeper), keeper.key_of, self.caps,
                                   self.graph.flows(self.hub_arcs), group.clients)
         if settled is None:
