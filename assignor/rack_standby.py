@@ -273,13 +273,14 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
         state.losses = _Losses(state)
     below = None if state.losses is None else state.losses.below(cls, arriving, gain)
     for other_client in _members_to_scan(state, task, client, cls, start):
-        if not state.may_take(task, other_client):
-            continue
-        candidates = _partner_candidates(state, task, client, other_client)
         if below is not None:
             fitting = [tasks for by_client in below if (tasks := by_client.get(other_client))]
             if not fitting:
                 continue
+        if not state.may_take(task, other_client):
+            continue
+        candidates = _partner_candidates(state, task, client, other_client)
+        if below is not None:
             candidates = candidates & (fitting[0] if len(fitting) == 1 else set().union(*fitting))
         for other in sorted(candidates):
             state.budget -= 1
