@@ -39,6 +39,7 @@ SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
 MAX_ROUNDS = 50
 LOSS_INDEX_AFTER = 10_000  # partner checks after which the spread search builds its loss index
+REMEMBER_FAILED = True  # skip a spread search that found nothing, while nothing it reads has changed
 
 
 class _Standbys:
@@ -63,6 +64,7 @@ class _Standbys:
         self.weight = max((len(h) for h in self.holders), default=0) + 1
         self.spread_memo: dict[tuple, int] = {}
         self.moves_memo: dict[tuple, dict[tuple[int, tuple[int, ...]], int]] = {}
+        self.moves_of: list[dict[tuple[int, tuple[int, ...]], int] | None] = [None] * len(self.tasks)
         self.budget = SEARCH_BUDGET
         self.swapped: set[int] = set()
         self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
@@ -102,6 +104,11 @@ class _Standbys:
                         self.restoring_at[self.loc[client]].add(client)
         self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
         self.losses: _Losses | None = None  # built once partner searches have cost LOSS_INDEX_AFTER checks
+        # Searches that found no partner, and what they read: each location's version moves when
+        # a swap touches a client there or a task with a standby there; a task's when it swaps.
+        self.class_version = dict.fromkeys(self.classes, 0)
+        self.task_version = [0] * len(self.tasks)
+        self.failed: dict[tuple, tuple[int, int, int]] = {}
 
     def ready_for(self, task: int, client: int) -> bool:
         """Is ``client`` caught up on ``task``? (Only with readiness: ``ready`` not None.)"""
@@ -148,6 +155,9 @@ class _Standbys:
         """(position of a standby among the task's holders, location it would move to) -> change
         of the task's spread. A function of the active's and the standbys' locations alone, so
         worked out once per combination of them (a group has few)."""
+        moves = self.moves_of[task]
+        if moves is not None:
+            return moves
         holders = self.holders[task]
         locs = [self.loc[c] for c in holders]
         key = (self.loc[self.active[task]], *locs)
@@ -157,6 +167,7 @@ class _Standbys:
             moves = {(position, there): self.spread(task, [*locs[:position], there, *locs[position + 1:]]) - score
                      for position in range(len(holders)) for there in self.classes}
             self.moves_memo[key] = moves
+        self.moves_of[task] = moves
         return moves
 
     def may_take(self, task: int, client: int) -> bool:
@@ -168,6 +179,10 @@ class _Standbys:
             if self.losses is not None:
                 self.losses.remove(who)
             holders = self.holders[who]
+            self.task_version[who] += 1
+            self.moves_of[who] = None
+            for holder in (*holders, arrive):
+                self.class_version[self.loc[holder]] += 1
             holders[holders.index(leave)] = arrive
             holders.sort()
             self.on_client[leave].discard(who)
@@ -264,11 +279,16 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     """A standby (other_client, other) at ``cls`` that may trade places with ``task`` on ``client``.
 
     Scans every client of the location (from a rotating start, so that successive searches
-    spread their swaps), hence "none found" does not depend on where the scan began.
+    spread their swaps), hence "none found" does not depend on where the scan began, and holds
+    until a swap touches the location, the mover's or the mover itself (``_Standbys.failed``).
     """
     members = state.members[cls]
     start = state.cursor[cls]
     arriving = state.loc[client]
+    search = (task, client, cls, gain)
+    seen = (state.class_version[cls], state.class_version[arriving], state.task_version[task])
+    if REMEMBER_FAILED and state.failed.get(search) == seen:
+        return None
     if state.losses is None and SEARCH_BUDGET - state.budget >= LOSS_INDEX_AFTER:
         state.losses = _Losses(state)
     below = None if state.losses is None else state.losses.below(cls, arriving, gain)
@@ -292,6 +312,7 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
             if loss < gain:
                 state.cursor[cls] = (state.position_in_class[other_client] + 1) % len(members)
                 return other_client, other
+    state.failed[search] = seen
     return None
 
 
