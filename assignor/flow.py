@@ -134,14 +134,23 @@ def split_exactly(supply: np.ndarray, demand: np.ndarray, rows: np.ndarray, colu
     ``supply`` and column sums ``demand`` (equal totals): a transportation problem's feasible
     plan, by a max flow. None when no such plan exists. The exact counterpart of
     ``fill_by_demand`` where cells are missing (pairs a funnel does not serve)."""
-    solver = max_flow.SimpleMaxFlow()
     row_count = len(supply)
-    source, sink = row_count + len(demand), row_count + len(demand) + 1
-    row_nodes = np.arange(row_count, dtype=np.int32)
-    column_nodes = np.arange(row_count, row_count + len(demand), dtype=np.int32)
-    solver.add_arcs_with_capacity(np.full(row_count, source, dtype=np.int32), row_nodes, supply.astype(np.int64))
-    cells = solver.add_arcs_with_capacity(rows.astype(np.int32), column_nodes[columns], caps.astype(np.int64))
-    solver.add_arcs_with_capacity(column_nodes, np.full(len(demand), sink, dtype=np.int32), demand.astype(np.int64))
-    if solver.solve(source, sink) != solver.OPTIMAL or solver.optimal_flow() < int(supply.sum()):
+    return feasible_flow(row_count + len(demand), rows, np.asarray(columns) + row_count, caps,
+                         np.arange(row_count), supply, np.arange(row_count, row_count + len(demand)), demand)
+
+
+def feasible_flow(node_count: int, tails, heads, capacities, sources, supplies, sinks, demands) -> np.ndarray | None:
+    """Flows on the arcs (``tails[i]`` -> ``heads[i]``, at most ``capacities[i]``) that carry
+    exactly ``supplies`` out of ``sources`` and ``demands`` into ``sinks`` (equal totals), by a
+    max flow; None when no such flow exists."""
+    solver = max_flow.SimpleMaxFlow()
+    source, sink = node_count, node_count + 1
+    supplies = np.asarray(supplies, dtype=np.int64)
+    sources, sinks = np.asarray(sources, dtype=np.int32), np.asarray(sinks, dtype=np.int32)
+    arcs = solver.add_arcs_with_capacity(np.asarray(tails, dtype=np.int32), np.asarray(heads, dtype=np.int32),
+                                         np.asarray(capacities, dtype=np.int64))
+    solver.add_arcs_with_capacity(np.full(len(sources), source, dtype=np.int32), sources, supplies)
+    solver.add_arcs_with_capacity(sinks, np.full(len(sinks), sink, dtype=np.int32), np.asarray(demands, dtype=np.int64))
+    if solver.solve(source, sink) != solver.OPTIMAL or solver.optimal_flow() < int(supplies.sum()):
         return None
-    return solver.flows(np.asarray(cells, dtype=np.int32))
+    return solver.flows(np.asarray(arcs, dtype=np.int32))

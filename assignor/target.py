@@ -38,7 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from assignor.balance import quotas
-from assignor.flow import FUNNEL_PAIRS, FlowError, FlowGraph, fill_by_demand, split_exactly
+from assignor.flow import FUNNEL_PAIRS, FlowError, FlowGraph, feasible_flow, fill_by_demand
 from assignor.model import ClientState, TaskId, TaskSpec
 from assignor.ranking import Ranking, Tier, tier_of
 
@@ -449,7 +449,7 @@ def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[s
         if special is None:
             hub_only[key, hub[key], hub_cost].append(task)
         else:
-            classes.add(task, key, hub[key], hub_cost, dict(special), owner)
+            classes.add(task, key, hub[key], hub_cost, special, owner)
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
@@ -470,24 +470,29 @@ def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[s
     return target, frozenset(), hubs
 
 
-# (subtopology keys x clients) from which the relaxed flows are tried first: actives, standbys
+# (subtopology keys x clients) from which the relaxed flows are tried first, when each client's
+# tasks span more than SPREAD keys on average
 RELAXED_PAIRS = 5_000
-RELAXED_STANDBY_PAIRS = FUNNEL_PAIRS
+SPREAD = 3
 
 
 def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
-    """Try the relaxed flow first when the capped one is large (many subtopology keys) and
-    most tasks have a previous owner (a settled group changing: the relaxed graph then has a
-    class per owner, the capped one a node per task), with few tasks that lost their owner
-    but have state elsewhere (a scale-in: their holders' other tasks are of the same
-    subtopologies, so the relaxed optimum, free to move those, rarely decodes within the caps
-    and would only add a solve)."""
-    keys = {key for _, key, _, _, _ in ways}
-    if len(keys) * len(group.clients) < RELAXED_PAIRS:
+    """Try the relaxed flow first when the capped one is large and the relaxed one much smaller:
+    most tasks have a previous owner (a settled group changing) and each owner's tasks span
+    several subtopology keys (``SPREAD``: the capped flow has a class per (key, owner), the
+    relaxed one per owner), with few tasks that lost their owner but have state elsewhere (a
+    scale-in: their holders' other tasks are of the same subtopologies, so the relaxed optimum,
+    free to move those, rarely decodes within the caps and would only add a solve)."""
+    if 2 * len(group.prev_active_owner) <= len(ways):
         return False
-    owned = sum(1 for way in ways if way[4] is not None)
+    keys = {key for _, key, _, _, _ in ways}
+    if len(keys) <= SPREAD or len(keys) * len(group.clients) < RELAXED_PAIRS:
+        return False
+    owned = [(key, owner) for _, key, _, _, owner in ways if owner is not None]
     orphans = sum(1 for way in ways if way[4] is None and way[3] is not None)
-    return 2 * owned > len(ways) and 20 * orphans < len(ways)
+    if 2 * len(owned) <= len(ways) or 20 * orphans >= len(ways):
+        return False
+    return len(set(owned)) > SPREAD * len({owner for _, owner in owned})
 
 
 class _CrowdedPairs:
@@ -557,7 +562,7 @@ def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str]
     SUBTOPOLOGY_EXCESS elsewhere), so its optimum bounds the capped optimum from below. The
     solution is then decoded with the caps in view (``_CapKeeper``): which of a class's tasks
     leave it (spread over subtopologies), and how each subtopology's hub tasks meet the
-    clients' hub units within what the caps leave (a transportation plan, ``_hub_plan``). When
+    clients' hub units within what the caps leave (one max flow, ``_settle_leavers``). When
     the decoded actives exceed the caps by no more than the relaxed flow paid, the decoded
     target costs the relaxed optimum in the capped flow too, so it is the capped optimum.
     Otherwise None: the caller solves the capped flow.
@@ -586,7 +591,7 @@ def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str]
             hub_only[shared[stateful], hub[stateful], hub_cost].append(task)
         else:
             classes.add(task, key if pairs.crowds(key, special) else shared[stateful], hub[stateful], hub_cost,
-                        dict(special), owner)
+                        special, owner)
     classes.build(graph, pairs)
     pairs.close()
     graph.supply(sink, -len(group.specs))
@@ -606,51 +611,28 @@ def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hu
                        paid: int) -> dict[TaskId, str] | None:
     """``_relaxed_active_target``'s decoding: None when it exceeds the caps by more than the
     relaxed flow ``paid``."""
-    clients = group.clients
-    specs = group.specs
-    pick_tasks, pick_clients, hub_tasks = classes.decode_within(graph, keeper)
-    if keeper.excess() > paid:
-        return None
-    target = dict(zip(pick_tasks, pick_clients, strict=True))
-    by_key: dict[tuple[int, bool], list[TaskId]] = defaultdict(list)
-    for task in hub_tasks:
-        by_key[_group_key(specs[task])].append(task)
+    clients, specs = group.clients, group.specs
+    decoded = classes.decode_within(graph, keeper)
+    target: dict[TaskId, str] = {}
     for stateful in (True, False):
-        keys = sorted(key for key in by_key if key[1] == stateful)
-        plan = _hub_plan(keys, by_key, graph.flows(hub_arcs[stateful]), keeper, clients)
-        if plan is None:
+        part = _Decoded()
+        for task, client in zip(decoded.pick_tasks, decoded.pick_clients, strict=True):
+            if specs[task].stateful == stateful:
+                part.pick_tasks.append(task)
+                part.pick_clients.append(client)
+        part.hub_tasks = [task for task in decoded.hub_tasks if specs[task].stateful == stateful]
+        part.groups = [entry for entry in decoded.groups if specs[entry[1][0]].stateful == stateful]
+        settled = _settle_leavers(part, keeper.key_of, keeper.caps, graph.flows(hub_arcs[stateful]), clients)
+        if settled is None:
             return None
+        pick_tasks, pick_clients, hub_tasks, plan = settled
+        target.update(zip(pick_tasks, pick_clients, strict=True))
         for key, units in plan.items():
-            for task, client in zip(sorted(by_key[key]), round_robin(units, sorted(units)), strict=True):
+            for task, client in zip(sorted(hub_tasks[key]), round_robin(units, sorted(units)), strict=True):
                 target[task] = client
-    return target
-
-
-def _hub_plan(keys: list, by_key: Mapping[object, list[TaskId]], demand: np.ndarray, keeper: _CapKeeper,
-              clients: Sequence[str]) -> dict[object, dict[str, int]] | None:
-    """How many of each key's hub tasks each client takes: the clients' hub units (``demand``,
-    in client order) met within what the caps leave after the direct placements, by a
-    transportation plan (``split_exactly``); None when there is none."""
-    if not keys:
-        return {}
-    wanting = np.flatnonzero(demand)
-    supply = np.array([len(by_key[key]) for key in keys], dtype=np.int64)
-    room = np.stack([keeper.caps[key][wanting] for key in keys])
-    row_of = {key: row for row, key in enumerate(keys)}
-    column_of = {clients[index]: column for column, index in enumerate(wanting.tolist())}
-    for (key, client), count in keeper.held.items():
-        row, column = row_of.get(key), column_of.get(client)
-        if count and row is not None and column is not None:
-            room[row, column] -= count
-    rows, columns = np.nonzero(room > 0)
-    plan = split_exactly(supply, demand[wanting], rows, columns, room[rows, columns])
-    if plan is None:
+    if _excess(((_group_key(specs[task]), client) for task, client in target.items()), keeper.caps, clients) > paid:
         return None
-    units: dict[object, dict[str, int]] = {key: {} for key in keys}
-    for row, column, amount in zip(rows.tolist(), columns.tolist(), plan.tolist(), strict=True):
-        if amount:
-            units[keys[row]][clients[int(wanting[column])]] = int(amount)
-    return units
+    return target
 
 
 class _TaskClasses:
@@ -685,19 +667,22 @@ class _TaskClasses:
     def add(self, task: TaskId, key, entry: int, hub_cost: int, special: dict[str, int],
             owner: str | None) -> None:
         """Place ``task`` in its class; ``special`` maps its special clients to their prices
-        (and is consumed)."""
+        (left as it is: the relaxed and the capped flows read the same prices)."""
         units = self._units
         anchor = anchor_cost = None
-        if units == 1 and len(special) > 1 and owner in special:
-            anchor, anchor_cost = owner, special.pop(owner)
-        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if len(special) > units else None)
+        further = len(special)
+        if units == 1 and further > 1 and owner in special:
+            anchor, anchor_cost = owner, special[owner]
+            further -= 1
+        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if further > units else None)
         members = self._classes.get(class_key)
         if members is None:
             members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
         members.tasks.append(task)
         # in client order, whatever order the caller's clients came in
         for client, cost in sorted(special.items()) if len(special) > 1 else special.items():
-            members.extras += (client, cost, task)
+            if client != anchor:
+                members.extras += (client, cost, task)
 
     def build(self, graph: FlowGraph, hubs: _SubtopologyHubs) -> None:
         for (key, entry, hub_cost), tasks in self.hub_only.items():
@@ -768,19 +753,18 @@ class _TaskClasses:
         return pick_tasks, pick_clients, hub_tasks, short
 
 
-    def decode_within(self, graph: FlowGraph, caps: _CapKeeper) -> tuple[list[TaskId], list[str], list[TaskId]]:
-        """``decode`` for one unit per task, choosing which of a class's tasks take each of its
-        arcs with the subtopology caps in view (``caps``: the relaxed active flow): the direct
-        placements (tasks and clients, in two lists) and the hub tasks."""
-        pick_tasks: list[TaskId] = []
-        pick_clients: list[str] = []
-        hub_tasks: list[TaskId] = []
+    def decode_within(self, graph: FlowGraph, caps: _CapKeeper) -> _Decoded:
+        """``decode`` for one unit per task with the subtopology caps in view (the relaxed
+        flows): a task that moves to a special client is chosen so that it keeps the caps there
+        (``caps.pick``); where a class's tasks either stay on one client or leave for the hub,
+        which ones leave is left open (``_Decoded.groups``) for ``_settle_leavers`` to choose
+        together with where the hub sends them."""
+        decoded = _Decoded()
         flows = graph.flows(self._arcs).tolist()
         for members in self._classes.values():
             extras = members.extras
             if members.anchor is None and not extras:
-                caps.leave(members.tasks)
-                hub_tasks.extend(members.tasks)
+                decoded.hub_tasks.extend(members.tasks)
                 continue
             arc = members.start + 1
             anchor_units = 0
@@ -788,8 +772,7 @@ class _TaskClasses:
                 anchor_units = flows[arc]
                 arc += 1
             # Without an anchor, the tasks of a class of several have one special client each:
-            # those of a run it does not pick go to the hub, known at once (``pick`` spreads
-            # the next run's leavers by it).
+            # those a run does not take go to the hub.
             shared = members.anchor is None and len(members.tasks) > 1
             taken: set[TaskId] = set()
             for start, stop in _runs(extras):
@@ -799,83 +782,161 @@ class _TaskClasses:
                     continue
                 client = extras[start]
                 candidates = [extras[index + 2] for index in range(start, stop, 3) if extras[index + 2] not in taken]
-                picked = caps.pick(candidates, amount, client) if amount else []
-                for task in picked:
-                    pick_tasks.append(task)
-                    pick_clients.append(client)
-                taken.update(candidates if shared else picked)
-                if shared and len(picked) < len(candidates):
-                    chosen = set(picked)
-                    leaving = [task for task in candidates if task not in chosen]
-                    caps.leave(leaving)
-                    hub_tasks.extend(leaving)
-            rest = [task for task in members.tasks if task not in taken] if taken else members.tasks
-            if anchor_units:
-                staying = caps.pick(rest, anchor_units, members.anchor)
-                pick_tasks.extend(staying)
-                pick_clients.extend([members.anchor] * len(staying))
-                if len(staying) == len(rest):
+                if shared:
+                    taken.update(candidates)
+                    decoded.group(client, candidates, amount)
                     continue
-                kept = set(staying)
-                rest = [task for task in rest if task not in kept]
-            caps.leave(rest)
-            hub_tasks.extend(rest)
-        return pick_tasks, pick_clients, hub_tasks
+                for task in caps.pick(candidates, amount, client):
+                    taken.add(task)
+                    decoded.pick_tasks.append(task)
+                    decoded.pick_clients.append(client)
+            rest = [task for task in members.tasks if task not in taken] if taken else members.tasks
+            decoded.group(members.anchor, rest, anchor_units)
+        return decoded
+
+
+class _Decoded:
+    """A relaxed flow decoded but for its open choices: the direct placements so far (tasks and
+    clients, in two lists), the hub tasks so far, and the *groups*: tasks of which ``stay`` go
+    to ``client`` and the others to the hub, any of them."""
+
+    def __init__(self) -> None:
+        self.pick_tasks: list[TaskId] = []
+        self.pick_clients: list[str] = []
+        self.hub_tasks: list[TaskId] = []
+        self.groups: list[tuple[str, list[TaskId], int]] = []
+
+    def group(self, client: str | None, tasks: list[TaskId], stay: int) -> None:
+        if stay >= len(tasks):
+            self.pick_tasks.extend(tasks)
+            self.pick_clients.extend([client] * len(tasks))
+        elif stay == 0:
+            self.hub_tasks.extend(tasks)
+        else:
+            self.groups.append((client, tasks, stay))
+
+
+def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps: Mapping, demand: np.ndarray,
+                    clients: Sequence[str]) -> tuple[list[TaskId], list[str], dict[object, list[TaskId]],
+                                                     dict[object, dict[str, int]]] | None:
+    """Which tasks of each open group leave for the hub, and how many of each key's hub tasks
+    each client takes, so that the hub's units (``demand``, in client order) land within what
+    the caps leave: one max flow, groups -> keys -> clients (``assignor.flow.feasible_flow``).
+    Room on a client counts every direct placement there, and every task of a group that may
+    stay there. Returns the direct placements (tasks, clients), the hub tasks by key and the
+    hub units per key and client; None when no choice fits."""
+    direct: dict[tuple, int] = defaultdict(int)
+    for task, client in zip(decoded.pick_tasks, decoded.pick_clients, strict=True):
+        direct[key_of(task), client] += 1
+    for client, tasks, _ in decoded.groups:
+        for task in tasks:
+            direct[key_of(task), client] += 1
+    fixed: dict[object, int] = defaultdict(int)
+    for task in decoded.hub_tasks:
+        fixed[key_of(task)] += 1
+    group_keys: list[dict[object, list[TaskId]]] = []
+    for _, tasks, _ in decoded.groups:
+        by_key: dict[object, list[TaskId]] = defaultdict(list)
+        for task in tasks:
+            by_key[key_of(task)].append(task)
+        group_keys.append(by_key)
+    keys = sorted(set(fixed).union(*group_keys), key=_sort_key)
+    key_node = {key: len(decoded.groups) + row for row, key in enumerate(keys)}
+    wanting = np.flatnonzero(demand).tolist()
+    client_node = {index: len(decoded.groups) + len(keys) + column for column, index in enumerate(wanting)}
+    tails: list[int] = []
+    heads: list[int] = []
+    capacities: list[int] = []
+    for group, by_key in enumerate(group_keys):
+        for key, tasks in by_key.items():
+            tails.append(group)
+            heads.append(key_node[key])
+            capacities.append(len(tasks))
+    first_cell = len(tails)
+    cells = []
+    for key in keys:
+        for index in wanting:
+            room = int(caps[key][index]) - direct.get((key, clients[index]), 0)
+            if room > 0:
+                tails.append(key_node[key])
+                heads.append(client_node[index])
+                capacities.append(room)
+                cells.append((key, clients[index]))
+    sources = [*range(len(decoded.groups)), *(key_node[key] for key in keys)]
+    supplies = [len(tasks) - stay for _, tasks, stay in decoded.groups] + [fixed.get(key, 0) for key in keys]
+    flows = feasible_flow(len(decoded.groups) + len(keys) + len(wanting), tails, heads, capacities,
+                          sources, supplies, list(client_node.values()), [int(demand[index]) for index in wanting])
+    if flows is None:
+        return None
+    pick_tasks, pick_clients = list(decoded.pick_tasks), list(decoded.pick_clients)
+    hub_tasks: dict[object, list[TaskId]] = defaultdict(list)
+    for task in decoded.hub_tasks:
+        hub_tasks[key_of(task)].append(task)
+    arc = 0
+    for (client, _, _), by_key in zip(decoded.groups, group_keys, strict=True):
+        for key, tasks in by_key.items():
+            leaving = int(flows[arc])
+            arc += 1
+            staying = len(tasks) - leaving
+            pick_tasks.extend(tasks[:staying])
+            pick_clients.extend([client] * staying)
+            hub_tasks[key].extend(tasks[staying:])
+    plan: dict[object, dict[str, int]] = defaultdict(dict)
+    for (key, client), amount in zip(cells, flows[first_cell:].tolist(), strict=True):
+        if amount:
+            plan[key][client] = int(amount)
+    return pick_tasks, pick_clients, hub_tasks, plan
+
+
+def _sort_key(key) -> tuple:
+    """Keys of the relaxed flows (subtopology, or (subtopology, stateful)) in a total order."""
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _excess(placed: Iterable[tuple[object, str]], caps: Mapping, clients: Sequence[str]) -> int:
+    """The units of ``placed`` ((key, client) per replica) above their subtopology caps."""
+    position = {client: index for index, client in enumerate(clients)}
+    count: dict[tuple, int] = defaultdict(int)
+    for pair in placed:
+        count[pair] += 1
+    return sum(max(0, n - int(caps[key][position[client]])) for (key, client), n in count.items() if n > 1)
 
 
 class _CapKeeper:
-    """While the relaxed active flow is decoded: every (subtopology key, client)'s direct
-    actives so far, counting each task on its previous owner until it is placed elsewhere, and
-    each key's tasks sent to its hub. ``pick`` chooses which tasks take an arc to a client:
-    those that keep its caps, and among those staying on their owner the ones of keys the hubs
-    already have plenty of, so that the tasks that leave spread over subtopologies (then the
-    clients the hubs serve can take them within their caps)."""
+    """While a relaxed flow is decoded: every (subtopology key, client)'s direct placements so
+    far, counting each task on its origin (its previous owner, for actives) until it is placed
+    elsewhere. ``pick`` chooses which of a run's tasks take its arc to a client: those that keep
+    the client's caps, fewest there first."""
 
     def __init__(self, caps: Mapping, key_of: Callable[[TaskId], object], origin: Mapping[TaskId, str],
                  clients: Sequence[str]) -> None:
-        """``origin``: where each task counts until it is placed elsewhere (its previous owner,
-        for actives)."""
-        self._key_of, self._owner = key_of, origin
+        self.key_of, self._origin = key_of, origin
         self._position = {client: index for index, client in enumerate(clients)}
         self.caps = caps
         self.held: dict[tuple, int] = defaultdict(int)
-        for task, owner in origin.items():
-            self.held[key_of(task), owner] += 1
-        self.hub_supply: dict = defaultdict(int)
+        for task, client in origin.items():
+            self.held[key_of(task), client] += 1
 
     def cap(self, key, client: str) -> int:
         return int(self.caps[key][self._position[client]])
 
     def pick(self, tasks: list[TaskId], amount: int, client: str) -> list[TaskId]:
-        key_of, owner, held = self._key_of, self._owner, self.held
+        key_of, origin, held = self.key_of, self._origin, self.held
         if amount < len(tasks):
             def score(task):
                 key = key_of(task)
-                if owner.get(task) == client:
-                    return (held[key, client] > self.cap(key, client), -self.hub_supply[key], task)
+                if origin.get(task) == client:
+                    return (held[key, client] > self.cap(key, client), 0, task)
                 return (held[key, client] >= self.cap(key, client), held[key, client], task)
             tasks = sorted(tasks, key=score)[:amount]
         for task in tasks:
-            previous = owner.get(task)
+            previous = origin.get(task)
             if previous != client:
                 key = key_of(task)
                 held[key, client] += 1
                 if previous is not None:
                     held[key, previous] -= 1
         return tasks
-
-    def leave(self, tasks: Sequence[TaskId]) -> None:
-        key_of, owner, held, supply = self._key_of, self._owner, self.held, self.hub_supply
-        for task in tasks:
-            key = key_of(task)
-            supply[key] += 1
-            previous = owner.get(task)
-            if previous is not None:
-                held[key, previous] -= 1
-
-    def excess(self) -> int:
-        """The direct placements' units above their caps."""
-        return sum(max(0, count - self.cap(key, client)) for (key, client), count in self.held.items() if count > 1)
 
 
 def _runs(extras: list) -> Sequence[tuple[int, int]]:
@@ -1083,24 +1144,23 @@ class _RelaxedStandbyFlow(_StandbyFlow):
                 if holder != self.actives[task] and holder in group.threads:
                     origin[task] = holder
         keeper = _CapKeeper(self.caps, lambda task: task.subtopology, origin, group.clients)
-        pick_tasks, pick_clients, hub_tasks = self.classes.decode_within(self.graph, keeper)
-        if keeper.excess() > self.hubs.paid(self.graph):
+        settled = _settle_leavers(self.classes.decode_within(self.graph, keeper), keeper.key_of, self.caps,
+                                  self.graph.flows(self.hub_arcs), group.clients)
+        if settled is None:
             return None
+        pick_tasks, pick_clients, hub_tasks, plan = settled
         chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
         load: dict[str, int] = defaultdict(int)
         for task, client in zip(pick_tasks, pick_clients, strict=True):
             chosen[task].append(client)
             load[client] += 1
-        by_key: dict[int, list[TaskId]] = defaultdict(list)
-        for task in hub_tasks:
-            by_key[task.subtopology].append(task)
-        plan = _hub_plan(sorted(by_key), by_key, self.graph.flows(self.hub_arcs), keeper, group.clients)
-        if plan is None:
-            return None
-        for key, units in plan.items():
-            if not self.deal(HUB, key, [(task, 1) for task in sorted(by_key[key])], units, chosen, load,
+        for key in sorted(plan):
+            if not self.deal(HUB, key, [(task, 1) for task in sorted(hub_tasks[key])], plan[key], chosen, load,
                              repair=False):
                 return None
+        placed = ((task.subtopology, client) for task, holders in chosen.items() for client in holders)
+        if _excess(placed, self.caps, group.clients) > self.hubs.paid(self.graph):
+            return None
         return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
 
 
@@ -1294,15 +1354,20 @@ def standby_target(
 
 
 def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> bool:
-    """As for actives (``_relaxation_pays``): one standby per task, a large capped layer, and
-    most stateful tasks with state or a previous replica somewhere (each its own pair node in
-    the capped flow)."""
-    keys = {task.subtopology for task in group.stateful}
-    if per_task != 1 or len(keys) * len(group.clients) < RELAXED_STANDBY_PAIRS:
+    """As for actives (``_relaxation_pays``): one standby per task, a large capped layer, most
+    stateful tasks with state or a previous replica somewhere (each its own pair node in the
+    capped flow), and each previous standby holder's standbys spanning several subtopologies."""
+    previous = group.prev_standby_holders
+    if per_task != 1 or not previous:
         return False
-    holders, previous = ranking.holders, group.prev_standby_holders
-    known = sum(1 for task in group.stateful if holders[task] or task in previous)
-    return 2 * known > len(group.stateful)
+    pairs = {(task.subtopology, holder) for task, standby in previous.items() for holder in standby}
+    if len(pairs) <= SPREAD * len({holder for _, holder in pairs}):
+        return False
+    keys = {task.subtopology for task in group.stateful}
+    if len(keys) * len(group.clients) < RELAXED_PAIRS:
+        return False
+    holders = ranking.holders
+    return 2 * sum(1 for task in group.stateful if holders[task] or task in previous) > len(group.stateful)
 
 
 def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> bool:

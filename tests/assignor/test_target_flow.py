@@ -591,3 +591,20 @@ def test_relaxed_standby_flow_reaches_the_per_task_optimum(group, lag_aware):
     for task in inst.stateful:
         assert len(result[task]) == 1 and actives[task] not in result[task]
     assert standby_cost(inst, actives, result, 1) == reference_standby_optimum(inst, actives, 1, relaxed=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(group=st.one_of(settled_groups(), many_subtopologies), seed=st.integers(0, 2**32))
+def test_relaxed_targets_ignore_the_order_of_the_input(group, seed):
+    """The relaxed flows' decoding (which tasks stay, move or leave, and where the hub sends
+    them) follows task and client order, not input order."""
+    specs, clients = group
+    rng = random.Random(seed)
+    results = []
+    for tasks, members in ((specs, clients), (rng.sample(specs, len(specs)), rng.sample(clients, len(clients)))):
+        index = Group.of(tasks, members)
+        ranking = rank_clients(tasks, members, ACCEPTABLE_RECOVERY_LAG)
+        costs = CostModel(lag_aware=True)
+        actives = target.active_target(index, ranking, costs, 1, relaxed=True)
+        results.append((actives, target.standby_target(index, ranking, costs, actives, 1, relaxed=True)))
+    assert results[0] == results[1]
