@@ -220,5 +220,7 @@ def optimize_standbys(
     view = view or RackView.of(group, config)
     if not view.reason:
         traffic = (view.stateful_cross, view.racks, stateful_costs(config))
-    anchors = group.prev_standby_holders if config.assignor == AssignorKind.STICKY else standbys
+    # Non-overlap (KIP-925 "Summary"): against the previous standbys with the sticky assignor,
+    # against the standby target (the standbys given) with the high-availability one.
+    anchors = group.prev_standby_holders if config.assignor == AssignorKind.STICKY else None
     return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic, ranking)

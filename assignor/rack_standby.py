@@ -39,6 +39,7 @@ SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
 MAX_ROUNDS = 50
 LOSS_INDEX_AFTER = 10_000  # partner checks after which the spread search builds its loss index
+REMEMBER_FAILED = True  # skip a spread search that found nothing, while nothing it reads has changed
 
 
 class _Standbys:
@@ -62,6 +63,8 @@ class _Standbys:
         self.cursor = dict.fromkeys(self.classes, 0)
         self.weight = max((len(h) for h in self.holders), default=0) + 1
         self.spread_memo: dict[tuple, int] = {}
+        self.moves_memo: dict[tuple, dict[tuple[int, tuple[int, ...]], int]] = {}
+        self.moves_of: list[dict[tuple[int, tuple[int, ...]], int] | None] = [None] * len(self.tasks)
         self.budget = SEARCH_BUDGET
         self.swapped: set[int] = set()
         self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
@@ -101,6 +104,11 @@ class _Standbys:
                         self.restoring_at[self.loc[client]].add(client)
         self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
         self.losses: _Losses | None = None  # built once partner searches have cost LOSS_INDEX_AFTER checks
+        # Searches that found no partner, and what they read: each location's version moves when
+        # a swap touches a client there or a task with a standby there; a task's when it swaps.
+        self.class_version = dict.fromkeys(self.classes, 0)
+        self.task_version = [0] * len(self.tasks)
+        self.failed: dict[tuple, tuple[int, int, int]] = {}
 
     def ready_for(self, task: int, client: int) -> bool:
         """Is ``client`` caught up on ``task``? (Only with readiness: ``ready`` not None.)"""
@@ -141,7 +149,26 @@ class _Standbys:
         holders = self.holders[task]
         if len(holders) == 1 and holders[0] == leaving:
             return (self.weight + 1) * sum(map(operator.eq, self.loc[self.active[task]], arriving_loc))
-        return self.spread(task, [arriving_loc if c == leaving else self.loc[c] for c in holders])
+        return self.scores[task] + self.moves(task)[holders.index(leaving), arriving_loc]
+
+    def moves(self, task: int) -> dict[tuple[int, tuple[int, ...]], int]:
+        """(position of a standby among the task's holders, location it would move to) -> change
+        of the task's spread. A function of the active's and the standbys' locations alone, so
+        worked out once per combination of them (a group has few)."""
+        moves = self.moves_of[task]
+        if moves is not None:
+            return moves
+        holders = self.holders[task]
+        locs = [self.loc[c] for c in holders]
+        key = (self.loc[self.active[task]], *locs)
+        moves = self.moves_memo.get(key)
+        if moves is None:
+            score = self.spread(task, locs)
+            moves = {(position, there): self.spread(task, [*locs[:position], there, *locs[position + 1:]]) - score
+                     for position in range(len(holders)) for there in self.classes}
+            self.moves_memo[key] = moves
+        self.moves_of[task] = moves
+        return moves
 
     def may_take(self, task: int, client: int) -> bool:
         return client != self.active[task] and client not in self.holders[task]
@@ -152,6 +179,10 @@ class _Standbys:
             if self.losses is not None:
                 self.losses.remove(who)
             holders = self.holders[who]
+            self.task_version[who] += 1
+            self.moves_of[who] = None
+            for holder in (*holders, arrive):
+                self.class_version[self.loc[holder]] += 1
             holders[holders.index(leave)] = arrive
             holders.sort()
             self.on_client[leave].discard(who)
@@ -180,12 +211,13 @@ def spread_and_swap_standbys(
     actives: Mapping[TaskId, str],
     standbys: Mapping[TaskId, tuple[str, ...]],
     location: Mapping[str, tuple[str, ...]],
-    anchors: Mapping[TaskId, Collection[str]],
+    anchors: Mapping[TaskId, Collection[str]] | None,
     traffic: tuple[np.ndarray, list[str], tuple[int, int]] | None,
     ranking: Ranking | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
     """Spread standbys (by ``location``), then, given ``traffic``, swap them for less of it;
-    given ``ranking``, never so that more of them must restore (module docstring)."""
+    given ``ranking``, never so that more of them must restore (module docstring). The
+    non-overlap cost counts standbys off ``anchors`` (None: off the ``standbys`` given)."""
     state = _Standbys(group, actives, standbys, location, ranking)
     if not state.tasks:
         return dict(standbys)
@@ -196,8 +228,11 @@ def spread_and_swap_standbys(
         rows = np.array([stateful_row[t] for t in state.tasks], dtype=np.int64)
         rack_index = index_of(racks)
         client_rack = [rack_index[group.states[c].rack] for c in group.clients]
-        client_index = index_of(group.clients)
-        anchored = [{client_index[c] for c in anchors.get(t, ()) if c in client_index} for t in state.tasks]
+        if anchors is None:
+            anchored = [set(holders) for holders in state.holders]
+        else:
+            client_index = index_of(group.clients)
+            anchored = [{client_index[c] for c in anchors.get(t, ()) if c in client_index} for t in state.tasks]
         pricing = _Pricing(cross[rows], client_rack, costs, anchored, len(racks))
     for _ in range(MAX_ROUNDS):
         changed = _spread_pass(state)
@@ -244,22 +279,28 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     """A standby (other_client, other) at ``cls`` that may trade places with ``task`` on ``client``.
 
     Scans every client of the location (from a rotating start, so that successive searches
-    spread their swaps), hence "none found" does not depend on where the scan began.
+    spread their swaps), hence "none found" does not depend on where the scan began, and holds
+    until a swap touches the location, the mover's or the mover itself (``_Standbys.failed``).
     """
     members = state.members[cls]
     start = state.cursor[cls]
     arriving = state.loc[client]
+    search = (task, client, cls, gain)
+    seen = (state.class_version[cls], state.class_version[arriving], state.task_version[task])
+    if REMEMBER_FAILED and state.failed.get(search) == seen:
+        return None
     if state.losses is None and SEARCH_BUDGET - state.budget >= LOSS_INDEX_AFTER:
         state.losses = _Losses(state)
     below = None if state.losses is None else state.losses.below(cls, arriving, gain)
     for other_client in _members_to_scan(state, task, client, cls, start):
-        if not state.may_take(task, other_client):
-            continue
-        candidates = _partner_candidates(state, task, client, other_client)
         if below is not None:
             fitting = [tasks for by_client in below if (tasks := by_client.get(other_client))]
             if not fitting:
                 continue
+        if not state.may_take(task, other_client):
+            continue
+        candidates = _partner_candidates(state, task, client, other_client)
+        if below is not None:
             candidates = candidates & (fitting[0] if len(fitting) == 1 else set().union(*fitting))
         for other in sorted(candidates):
             state.budget -= 1
@@ -271,6 +312,7 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
             if loss < gain:
                 state.cursor[cls] = (state.position_in_class[other_client] + 1) % len(members)
                 return other_client, other
+    state.failed[search] = seen
     return None
 
 
@@ -333,17 +375,14 @@ class _Losses:
             by_client = self.slots.setdefault((classes[here], classes[there]), {}).setdefault(loss, {})
             by_client.setdefault(client, set()).update(members[begin:end])
 
-    def _entries(self, task: int):
+    def _entries(self, task: int) -> list[tuple[tuple, int, int]]:
         state = self.state
-        score = state.scores[task]
-        for client in state.holders[task]:
-            here = state.loc[client]
-            for there in state.classes:
-                if there != here:
-                    yield (here, there), state.spread_if(task, client, there) - score, client
+        holders, loc = state.holders[task], state.loc
+        return [((loc[holders[position]], there), loss, holders[position])
+                for (position, there), loss in state.moves(task).items() if there != loc[holders[position]]]
 
     def add(self, task: int) -> None:
-        entries = self.filed[task] = list(self._entries(task))
+        entries = self.filed[task] = self._entries(task)
         for key, loss, client in entries:
             self.slots.setdefault(key, {}).setdefault(loss, {}).setdefault(client, set()).add(task)
 
@@ -357,11 +396,6 @@ class _Losses:
             tasks.discard(task)
             if not tasks:
                 del by_client[client]
-
-    def accepts(self, task: int, client: int, there: tuple) -> bool:
-        """Would ``task``'s spread stay as good with its standby on ``client`` moved to ``there``?"""
-        return any(task in by_client.get(client, ())
-                   for loss, by_client in self.slots.get((self.state.loc[client], there), {}).items() if loss <= 0)
 
     def below(self, here: tuple, there: tuple, gain: int) -> list[dict[int, set[int]]] | None:
         """The slots at ``here`` whose loss moving to ``there`` is below ``gain``: client -> tasks,
@@ -575,8 +609,8 @@ class _ZoneDeltas:
         shared_there = (self.active_loc == np.array(dest_location, dtype=np.int64)).sum(axis=1)
         keep = np.flatnonzero((delta < bound) & (~self.single | (shared_there <= self.shared_here)))
         holders, single = state.holders, self.single[keep].tolist()
-        not_worse = state.losses.accepts if state.losses is not None else \
-            lambda t, c, there: state.spread_if(t, c, there) <= state.spread_now(t)
+        def not_worse(t: int, c: int, there: tuple) -> bool:
+            return state.moves(t)[holders[t].index(c), there] <= 0
         return [
             (d, t, c)
             for d, t, c, one in zip(delta[keep].tolist(), self.tasks[keep].tolist(), self.clients[keep].tolist(),

@@ -4,6 +4,7 @@
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV          # a few minutes
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --full   # every combination
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --large                 # 5,000 x 100,000
+    PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --rack   # rack-aware rows only
 
 Groups come from ``bench.workloads.settled_then_joined``: a settled group (round-robin actives,
 caught up; standbys on the next clients, 30% lagging), then ``scale-out`` (10% of the clients are
@@ -150,6 +151,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="calls per row (median shown)")
     parser.add_argument("--full", action="store_true", help="every scenario x subtopologies x standbys x racks")
     parser.add_argument("--large", action="store_true", help="only the 5,000 clients x 100,000 tasks rows")
+    parser.add_argument("--rack", action="store_true", help="only the rack-aware rows (of the default or --full set)")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
@@ -157,6 +159,8 @@ def main() -> int:
         print(json.dumps(time_assign(row, repeat)))
         return 0
     rows = LARGE_ROWS if args.large else FULL_ROWS if args.full else DEFAULT_ROWS
+    if args.rack:
+        rows = [row for row in rows if row[7] != "none"]
     header = ["kind", "scenario", "subtopologies", "clients x tasks (standbys, racks)", "strategy", "s", "CPU s",
               "RSS MB", "warm-ups", "probing", "cross-rack"]
     if args.baseline:

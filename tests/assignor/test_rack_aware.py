@@ -284,19 +284,27 @@ def test_standby_swaps_keep_counts_and_never_worsen_spread(group, config, strate
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=racked_groups(), config=configs(), strategy=STRATEGIES)
-def test_narrowed_standby_searches_find_what_full_scans_find(group, config, strategy):
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES, tagged=st.booleans())
+def test_narrowed_standby_searches_find_what_full_scans_find(group, config, strategy, tagged):
     """The traffic pass's readiness shortlist and the spread search's loss index skip only
-    partners that the rules refuse: the standbys come out as with every partner checked."""
+    partners that the rules refuse, and a failed spread search is skipped only while nothing
+    it reads has changed: the standbys come out as with every partner checked every time."""
     specs, clients = group
     config = replace(config, rack_aware_strategy=strategy, num_standby_replicas=max(1, config.num_standby_replicas))
+    if tagged:  # two location keys (KIP-708)
+        clients = [replace(c, tags=MappingProxyType({"zone": c.rack, "host": f"h{i % 3}"}))
+                   for i, c in enumerate(clients)]
+        config = replace(config, rack_aware_assignment_tags=("zone", "host"))
     graph, ranking, costs, target = _target(specs, clients, config)
     actives, _ = optimize_actives(graph, target, config, ranking)
     planned = standby_target(graph, ranking, costs, actives, config.num_standby_replicas)
-    narrowed = optimize_standbys(graph, actives, planned, config, ranking)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rack_standby, "LOSS_INDEX_AFTER", 0)  # the index from the first search on
+        narrowed = optimize_standbys(graph, actives, planned, config, ranking)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(rack_standby, "_ReadyPartners", lambda *args: None)
         patch.setattr(rack_standby._Losses, "below", lambda *args: None)
+        patch.setattr(rack_standby, "REMEMBER_FAILED", False)
         assert optimize_standbys(graph, actives, planned, config, ranking) == narrowed
 
 
