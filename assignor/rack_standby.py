@@ -109,6 +109,11 @@ class _Standbys:
         self.class_version = dict.fromkeys(self.classes, 0)
         self.task_version = [0] * len(self.tasks)
         self.failed: dict[tuple, tuple[int, int, int]] = {}
+        # Likewise for the traffic pass: zones (rack, location) and their versions, and the zone
+        # pairs whose last run swapped nothing, with the versions it read.
+        self.zone_of: list[tuple] | None = None
+        self.zone_version: dict[tuple, int] = {}
+        self.quiet: dict[tuple, tuple[int, int]] = {}
 
     def ready_for(self, task: int, client: int) -> bool:
         """Is ``client`` caught up on ``task``? (Only with readiness: ``ready`` not None.)"""
@@ -183,6 +188,8 @@ class _Standbys:
             self.moves_of[who] = None
             for holder in (*holders, arrive):
                 self.class_version[self.loc[holder]] += 1
+                if self.zone_of is not None:
+                    self.zone_version[self.zone_of[holder]] += 1
             holders[holders.index(leave)] = arrive
             holders.sort()
             self.on_client[leave].discard(who)
@@ -479,52 +486,64 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
     so each side of a swap is filtered once for "spread not worse" before pairing, and the
     pairing only meets candidates that are rejected for distinct clients or exact cost.
     """
-    zone_of = [(pricing.client_rack[c], state.loc[c]) for c in range(len(state.clients))]
-    zones = sorted(set(zone_of))
+    if state.zone_of is None:
+        state.zone_of = [(pricing.client_rack[c], state.loc[c]) for c in range(len(state.clients))]
+        state.zone_version = dict.fromkeys(state.zone_of, 0)
+    zone_of, version = state.zone_of, state.zone_version
+    zones = sorted(version)
+    at_start = dict(version)
+    pairs = [(source, dest) for source in zones for dest in zones if source[0] != dest[0]
+             and not (REMEMBER_FAILED and state.quiet.get((source, dest)) == (version[source], version[dest]))]
+    if not pairs:
+        return False
     changed = False
     slots = _slots_by_zone(state, zone_of)
     readiness_narrows = state.ready is not None and not state.everywhere_but
     deltas = {zone: _ZoneDeltas(pricing, state, zone, zone_slots) for zone, zone_slots in slots.items()}
-    for source in zones:
-        if source not in slots:
+    for source, dest in pairs:
+        stamp = (version[source], version[dest])
+        if REMEMBER_FAILED and state.quiet.get((source, dest)) == stamp:
             continue
-        for dest in zones:
-            if source[0] == dest[0] or dest not in slots:
-                continue
-            # Prices are fixed, so the cost deltas of a whole zone come at once (numpy); only
-            # candidates that lower the cost get the state checks, as one by one before.
-            movers = deltas[source].movable(state, dest, 0)
-            if not movers:
-                continue
-            movers.sort()
-            # Partners are met in increasing delta and never past -movers[0][0] (the pairing
-            # below stops there): only that prefix of the sorted list is built.
-            partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
-            used = [False] * len(partners)
-            first = 0
-            ready_partners = _ReadyPartners(state, partners, used) if readiness_narrows else None
-            for delta_t, task, client in movers:
-                while first < len(partners) and used[first]:
-                    first += 1
-                tried = 0
-                indices = range(first, len(partners)) if ready_partners is None \
-                    else ready_partners.allowed(task, client, first)
-                for index in indices:
-                    delta_u, other, other_client = partners[index]
-                    if delta_t + delta_u >= 0 or tried == LOOKAHEAD:
-                        break
-                    if used[index]:
-                        continue
-                    if other_client not in state.holders[other]:
-                        used[index] = True
-                        continue
-                    if state.restores_more(task, client, other, other_client):
-                        continue  # never a candidate: not counted against the lookahead
-                    tried += 1
-                    if _traffic_swap_ok(state, pricing, task, client, other, other_client):
-                        state.swap(task, client, other, other_client)
-                        used[index] = changed = True
-                        break
+        # A pair that swaps nothing, on zones unchanged since this pass took its slots, swaps
+        # nothing again until a swap touches one of them (``_Standbys.quiet``).
+        if stamp == (at_start[source], at_start[dest]):
+            state.quiet[(source, dest)] = stamp
+        if source not in slots or dest not in slots:
+            continue
+        # Prices are fixed, so the cost deltas of a whole zone come at once (numpy); only
+        # candidates that lower the cost get the state checks, as one by one before.
+        movers = deltas[source].movable(state, dest, 0)
+        if not movers:
+            continue
+        movers.sort()
+        # Partners are met in increasing delta and never past -movers[0][0] (the pairing
+        # below stops there): only that prefix of the sorted list is built.
+        partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
+        used = [False] * len(partners)
+        first = 0
+        ready_partners = _ReadyPartners(state, partners, used) if readiness_narrows else None
+        for delta_t, task, client in movers:
+            while first < len(partners) and used[first]:
+                first += 1
+            tried = 0
+            indices = range(first, len(partners)) if ready_partners is None \
+                else ready_partners.allowed(task, client, first)
+            for index in indices:
+                delta_u, other, other_client = partners[index]
+                if delta_t + delta_u >= 0 or tried == LOOKAHEAD:
+                    break
+                if used[index]:
+                    continue
+                if other_client not in state.holders[other]:
+                    used[index] = True
+                    continue
+                if state.restores_more(task, client, other, other_client):
+                    continue  # never a candidate: not counted against the lookahead
+                tried += 1
+                if _traffic_swap_ok(state, pricing, task, client, other, other_client):
+                    state.swap(task, client, other, other_client)
+                    used[index] = changed = True
+                    break
     return changed
 
 
