@@ -24,7 +24,10 @@ ways out (hub price, previous owner, the prices of their special clients) share 
 count against that pair's cap (``_SubtopologyHubs``). A fresh group of 20,000 tasks and 500
 clients is then a graph of about a thousand nodes, which OR-Tools solves in milliseconds; the
 same group settled and scaling out (every task with a previous owner and a caught-up standby)
-has one node per (subtopology, previous owner) rather than per task.
+has one node per (subtopology, previous owner) rather than per task. With many subtopologies
+that is still a node per task: there each flow is first solved with subtopology caps only
+where previous owners already crowd them (``_relaxed_active_target``, ``_RelaxedStandbyFlow``),
+a lower bound whose decoding, when it keeps the caps as the bound paid, is the optimum.
 """
 
 from __future__ import annotations
@@ -515,7 +518,7 @@ class _CrowdedPairs:
     special client for standbys) already exceed the cap. A crowded pair keeps its node, which
     charges SUBTOPOLOGY_EXCESS above the cap as the capped flow does: the capped optimum may
     keep such excess rather than pay a move. Its tasks keep their key in their class; all
-    others share classes across subtopologies (key ``shared(key)``)."""
+    others share classes across subtopologies."""
 
     def __init__(self, graph: FlowGraph, head: Callable[[object, str], int], crowded: Mapping[tuple, int]) -> None:
         self._graph, self._head, self._crowded = graph, head, crowded
