@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 import pytest
 
-from assignor import assign
+from assignor import assign, target
 from assignor.convergence import caught_up_clients, settle, settle_bound
 from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
 from assignor.target import StandbyChoice, large_group_formulations
@@ -98,6 +98,26 @@ def test_random_scaling_events_settle_balanced_with_the_large_group_formulation(
     are exact for one standby per task; with more, docs/assignor.md records what is and is not
     guaranteed."""
     _run(seed, events=6, max_standbys=1, standby_choice=large_group_formulations)
+
+
+def _relax_every_group(monkeypatch) -> None:
+    """The relaxed target flows (docs/assignor.md, "The flows' size"), which large settled
+    groups of many subtopologies take, forced on every group however small."""
+    monkeypatch.setattr(target, "RELAXED_PAIRS", 0)
+    monkeypatch.setattr(target, "SPREAD", -1)
+
+
+@pytest.mark.parametrize("seed", range(200, 225))
+def test_random_scaling_events_settle_balanced_with_the_relaxed_flows(seed, monkeypatch):
+    _relax_every_group(monkeypatch)
+    _run(seed, events=6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(225, 525))
+def test_relaxed_flows_soak(seed, monkeypatch):
+    _relax_every_group(monkeypatch)
+    _run(seed, events=10)
 
 
 @pytest.mark.slow
