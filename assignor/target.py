@@ -24,7 +24,10 @@ ways out (hub price, previous owner, the prices of their special clients) share 
 count against that pair's cap (``_SubtopologyHubs``). A fresh group of 20,000 tasks and 500
 clients is then a graph of about a thousand nodes, which OR-Tools solves in milliseconds; the
 same group settled and scaling out (every task with a previous owner and a caught-up standby)
-has one node per (subtopology, previous owner) rather than per task.
+has one node per (subtopology, previous owner) rather than per task. With many subtopologies
+that is still a node per task: there each flow is first solved with subtopology caps only
+where previous owners already crowd them (``_relaxed_active_target``, ``_RelaxedStandbyFlow``),
+a lower bound whose decoding, when it keeps the caps as the bound paid, is the optimum.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from operator import attrgetter
 
 import numpy as np
 
@@ -327,18 +331,26 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
         return set()
     ceiling = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
     held: dict[str, int] = defaultdict(int)
-    for task in group.stateful:
-        owner = group.prev_active_owner.get(task)
-        for client in (owner, *group.prev_standby_holders.get(task, ())):
-            if client is not None and ranking.caught_up(task, client):
+    owners, standbys, ranks, absent = group.prev_active_owner, group.prev_standby_holders, ranking.holders, ranking.absent
+    none: frozenset[str] = frozenset()
+    for task in group.stateful:  # caught up: rank 0 (ranking.caught_up, inlined: a hot loop)
+        task_ranks, rank_absent = ranks[task], absent[task]
+        owner = owners.get(task)
+        if owner is not None and task_ranks.get(owner, rank_absent) == 0:
+            held[owner] += 1
+        for client in standbys.get(task, none):
+            if task_ranks.get(client, rank_absent) == 0:
                 held[client] += 1
     spare = {c: held[c] - ceiling[c].ceiling for c in group.clients}
     prone = set()
     for task in group.stateful:
-        owner = group.prev_active_owner.get(task)
-        if owner is None or spare[owner] > 0 or not ranking.caught_up(task, owner):
+        owner = owners.get(task)
+        if owner is None or spare[owner] > 0:
             continue
-        if all(spare[c] <= 0 for c in group.prev_standby_holders.get(task, ()) if ranking.caught_up(task, c)):
+        task_ranks, rank_absent = ranks[task], absent[task]
+        if task_ranks.get(owner, rank_absent) != 0:
+            continue
+        if all(spare[c] <= 0 for c in standbys.get(task, none) if task_ranks.get(c, rank_absent) == 0):
             prone.add(task)
     return prone
 
@@ -356,27 +368,32 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
     if not group.clients or not group.specs:
         return {}
     prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
-    ways = _active_ways(group, ranking, costs, prone)
+    hub_only, ways = _active_ways(group, ranking, costs, prone)
     if relaxed is None:
-        relaxed = own_arcs is None and _relaxation_pays(group, ways)
+        relaxed = own_arcs is None and _relaxation_pays(group, hub_only, ways)
     if relaxed:
-        target = _relaxed_active_target(group, ways)
+        target = _relaxed_active_target(group, hub_only, ways)
         if target is not None:
             return target
     while True:
-        target, fed, hubs = _capped_active_target(group, ways, own_arcs)
+        target, fed, hubs = _capped_active_target(group, hub_only, ways, own_arcs)
         if not fed:
             return target
         own_arcs = hubs.next_round(fed)
 
 
-# One task's ways out in the active flow: (task, its key, hub price, special clients' prices or
-# None when it has none, previous owner)
-_Ways = tuple[TaskId, tuple[int, bool], int, "dict[str, int] | None", "str | None"]
+# One task's ways out in the active flow: (task, its key, hub price, special clients' prices,
+# previous owner)
+_Ways = tuple[TaskId, tuple[int, bool], int, dict[str, int], "str | None"]
+# The tasks without special clients, by (key, hub price)
+_HubOnly = dict[tuple[tuple[int, bool], int], list[TaskId]]
 
 
-def _active_ways(group: Group, ranking: Ranking, costs: CostModel, prone: Container[TaskId]) -> list[_Ways]:
-    """Every task's prices in the active flow, computed once for whichever graph is solved."""
+def _active_ways(group: Group, ranking: Ranking, costs: CostModel,
+                 prone: Container[TaskId]) -> tuple[_HubOnly, list[_Ways]]:
+    """Every task's prices in the active flow, computed once for whichever graph is solved: the
+    tasks that only the hubs reach, and the others' ways out."""
+    hub_only: _HubOnly = defaultdict(list)
     ways = []
     append = ways.append
     for task, spec in group.specs.items():
@@ -386,7 +403,7 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel, prone: Contai
             hub_cost = costs.no_state_arc(ranking, task)
             holders = ranking.holders[task]
             if owner is None and not holders:
-                append((task, key, hub_cost, None, None))
+                hub_only[key, hub_cost].append(task)
                 continue
             special = costs.special_arcs(ranking, task, holders if owner is None or owner in holders
                                          else [*holders, owner], (owner,))
@@ -394,12 +411,12 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel, prone: Contai
                 hub_cost += STANDBY_CHAIN
                 special = {c: price + STANDBY_CHAIN * (c != owner) for c, price in special.items()}
         elif owner is None:
-            append((task, key, MOVE, None, None))
+            hub_only[key, MOVE].append(task)
             continue
         else:
             hub_cost, special = MOVE, {owner: 0}
         append((task, key, hub_cost, special, owner))
-    return ways
+    return hub_only, ways
 
 
 def _active_windows(graph: FlowGraph, group: Group) -> tuple[list[int], list[int], int]:
@@ -427,7 +444,7 @@ def _active_windows(graph: FlowGraph, group: Group) -> tuple[list[int], list[int
     return [stateful_node[c] for c in clients], [stateless_node[c] for c in clients], sink
 
 
-def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[str] | None):
+def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], own_arcs: frozenset[str] | None):
     """The active flow with every subtopology cap: (target, clients the funnels fed, hubs); the
     target is None when the funnels' flow found no split (solve again, ``next_round``)."""
     graph = FlowGraph()
@@ -443,13 +460,11 @@ def _capped_active_target(group: Group, ways: list[_Ways], own_arcs: frozenset[s
                             lambda key: stateful_array if key[1] else stateless_array,
                             own_arcs)
     classes = _TaskClasses(units=1)
-    hub_only = classes.hub_only
     hub = hubs.hub
+    for (key, hub_cost), tasks in hub_only.items():
+        classes.hub_only[key, hub[key], hub_cost].extend(tasks)
     for task, key, hub_cost, special, owner in ways:
-        if special is None:
-            hub_only[key, hub[key], hub_cost].append(task)
-        else:
-            classes.add(task, key, hub[key], hub_cost, special, owner)
+        classes.add(task, key, hub[key], hub_cost, special, owner)
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
@@ -476,21 +491,21 @@ RELAXED_PAIRS = 5_000
 SPREAD = 3
 
 
-def _relaxation_pays(group: Group, ways: list[_Ways]) -> bool:
+def _relaxation_pays(group: Group, hub_only: _HubOnly, ways: list[_Ways]) -> bool:
     """Try the relaxed flow first when the capped one is large and the relaxed one much smaller:
     most tasks have a previous owner (a settled group changing) and each owner's tasks span
     several subtopology keys (``SPREAD``: the capped flow has a class per (key, owner), the
     relaxed one per owner), with few tasks that lost their owner but have state elsewhere (a
     scale-in: their holders' other tasks are of the same subtopologies, so the relaxed optimum,
     free to move those, rarely decodes within the caps and would only add a solve)."""
-    if 2 * len(group.prev_active_owner) <= len(ways):
+    if 2 * len(group.prev_active_owner) <= len(group.specs):
         return False
-    keys = {key for _, key, _, _, _ in ways}
+    keys = {key for _, key, _, _, _ in ways}.union(key for key, _ in hub_only)
     if len(keys) <= SPREAD or len(keys) * len(group.clients) < RELAXED_PAIRS:
         return False
     owned = [(key, owner) for _, key, _, _, owner in ways if owner is not None]
-    orphans = sum(1 for way in ways if way[4] is None and way[3] is not None)
-    if 2 * len(owned) <= len(ways) or 20 * orphans >= len(ways):
+    orphans = len(ways) - len(owned)
+    if 2 * len(owned) <= len(group.specs) or 20 * orphans >= len(group.specs):
         return False
     return len(set(owned)) > SPREAD * len({owner for _, owner in owned})
 
@@ -503,7 +518,7 @@ class _CrowdedPairs:
     special client for standbys) already exceed the cap. A crowded pair keeps its node, which
     charges SUBTOPOLOGY_EXCESS above the cap as the capped flow does: the capped optimum may
     keep such excess rather than pay a move. Its tasks keep their key in their class; all
-    others share classes across subtopologies (key ``shared(key)``)."""
+    others share classes across subtopologies."""
 
     def __init__(self, graph: FlowGraph, head: Callable[[object, str], int], crowded: Mapping[tuple, int]) -> None:
         self._graph, self._head, self._crowded = graph, head, crowded
@@ -552,7 +567,7 @@ class _CrowdedPairs:
         return int(graph.flows(self._excess).sum())
 
 
-def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str] | None:
+def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) -> dict[TaskId, str] | None:
     """The active flow with subtopology caps only on crowded pairs (``_CrowdedPairs``), then
     each of its units placed within the caps.
 
@@ -577,26 +592,25 @@ def _relaxed_active_target(group: Group, ways: list[_Ways]) -> dict[TaskId, str]
     heads = {True: dict(zip(clients, stateful_nodes, strict=True)),
              False: dict(zip(clients, stateless_nodes, strict=True))}
     pairs = _CrowdedPairs.of(graph, lambda key, client: heads[key[1]][client], caps, clients,
-                             ((key, client) for _, key, _, special, owner in ways if special is not None
+                             ((key, client) for _, key, _, special, owner in ways
                               for client in ((owner,) if owner is not None else special)))
     hub = {True: graph.node(), False: graph.node()}
     hub_arcs = {True: graph.arcs(hub[True], stateful_nodes, BIG_CAPACITY, 0),
                 False: graph.arcs(hub[False], stateless_nodes, BIG_CAPACITY, 0)}
     classes = _TaskClasses(units=1)
-    hub_only = classes.hub_only
     shared = {True: (None, True), False: (None, False)}  # the class key of tasks on no crowded pair
+    for (key, hub_cost), tasks in hub_only.items():
+        classes.hub_only[shared[key[1]], hub[key[1]], hub_cost].extend(tasks)
     for task, key, hub_cost, special, owner in ways:
         stateful = key[1]
-        if special is None:
-            hub_only[shared[stateful], hub[stateful], hub_cost].append(task)
-        else:
-            classes.add(task, key if pairs.crowds(key, special) else shared[stateful], hub[stateful], hub_cost,
-                        special, owner)
+        classes.add(task, key if pairs.crowds(key, special) else shared[stateful], hub[stateful], hub_cost,
+                    special, owner)
     classes.build(graph, pairs)
     pairs.close()
     graph.supply(sink, -len(group.specs))
     graph.solve()
-    keeper = _CapKeeper(caps, lambda task: _group_key(group.specs[task]), group.prev_active_owner, clients)
+    keys = {task: _group_key(spec) for task, spec in group.specs.items()}
+    keeper = _CapKeeper(caps, keys.__getitem__, group.prev_active_owner, clients)
     return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
 
 
@@ -630,7 +644,7 @@ def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hu
         for key, units in plan.items():
             for task, client in zip(sorted(hub_tasks[key]), round_robin(units, sorted(units)), strict=True):
                 target[task] = client
-    if _excess(((_group_key(specs[task]), client) for task, client in target.items()), keeper.caps, clients) > paid:
+    if _excess(((keeper.key_of(task), client) for task, client in target.items()), keeper.caps, clients) > paid:
         return None
     return target
 
@@ -761,6 +775,7 @@ class _TaskClasses:
         together with where the hub sends them."""
         decoded = _Decoded()
         flows = graph.flows(self._arcs).tolist()
+        anchored: dict[tuple, list] = {}
         for members in self._classes.values():
             extras = members.extras
             if members.anchor is None and not extras:
@@ -791,7 +806,21 @@ class _TaskClasses:
                     decoded.pick_tasks.append(task)
                     decoded.pick_clients.append(client)
             rest = [task for task in members.tasks if task not in taken] if taken else members.tasks
-            decoded.group(members.anchor, rest, anchor_units)
+            if members.anchor is None:
+                decoded.group(None, rest, 0)
+                continue
+            # The rest stay on the anchor or leave for the hub, at the same two prices in every
+            # class alike but for its further special clients (a task with more of them than
+            # units is a class alone): one open group for all of them.
+            signature = (members.key, members.entry, members.hub_cost, members.anchor, members.anchor_cost)
+            group = anchored.get(signature)
+            if group is None:
+                anchored[signature] = [list(rest), anchor_units]
+            else:
+                group[0].extend(rest)
+                group[1] += anchor_units
+        for (_, _, _, anchor, _), (tasks, stay) in anchored.items():
+            decoded.group(anchor, tasks, stay)
         return decoded
 
 
@@ -825,12 +854,16 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
     Room on a client counts every direct placement there, and every task of a group that may
     stay there. Returns the direct placements (tasks, clients), the hub tasks by key and the
     hub units per key and client; None when no choice fits."""
-    direct: dict[tuple, int] = defaultdict(int)
+    wanting = np.flatnonzero(demand).tolist()
+    column_of = {clients[index]: column for column, index in enumerate(wanting)}
+    direct: dict[tuple, int] = defaultdict(int)  # on the clients the hub serves
     for task, client in zip(decoded.pick_tasks, decoded.pick_clients, strict=True):
-        direct[key_of(task), client] += 1
-    for client, tasks, _ in decoded.groups:
-        for task in tasks:
+        if client in column_of:
             direct[key_of(task), client] += 1
+    for client, tasks, _ in decoded.groups:
+        if client in column_of:
+            for task in tasks:
+                direct[key_of(task), client] += 1
     fixed: dict[object, int] = defaultdict(int)
     for task in decoded.hub_tasks:
         fixed[key_of(task)] += 1
@@ -842,8 +875,6 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
         group_keys.append(by_key)
     keys = sorted(set(fixed).union(*group_keys), key=_sort_key)
     key_node = {key: len(decoded.groups) + row for row, key in enumerate(keys)}
-    wanting = np.flatnonzero(demand).tolist()
-    client_node = {index: len(decoded.groups) + len(keys) + column for column, index in enumerate(wanting)}
     tails: list[int] = []
     heads: list[int] = []
     capacities: list[int] = []
@@ -853,19 +884,22 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
             heads.append(key_node[key])
             capacities.append(len(tasks))
     first_cell = len(tails)
-    cells = []
-    for key in keys:
-        for index in wanting:
-            room = int(caps[key][index]) - direct.get((key, clients[index]), 0)
-            if room > 0:
-                tails.append(key_node[key])
-                heads.append(client_node[index])
-                capacities.append(room)
-                cells.append((key, clients[index]))
-    sources = [*range(len(decoded.groups)), *(key_node[key] for key in keys)]
-    supplies = [len(tasks) - stay for _, tasks, stay in decoded.groups] + [fixed.get(key, 0) for key in keys]
-    flows = feasible_flow(len(decoded.groups) + len(keys) + len(wanting), tails, heads, capacities,
-                          sources, supplies, list(client_node.values()), [int(demand[index]) for index in wanting])
+    row_of = {key: row for row, key in enumerate(keys)}
+    room = np.stack([caps[key][wanting] for key in keys]) if keys else np.zeros((0, len(wanting)), dtype=np.int64)
+    for (key, client), count in direct.items():
+        row = row_of.get(key)
+        if row is not None:
+            room[row, column_of[client]] -= count
+    rows, columns = np.nonzero(room > 0)
+    first_client = len(decoded.groups) + len(keys)
+    flows = feasible_flow(
+        first_client + len(wanting),
+        np.concatenate([np.asarray(tails, dtype=np.int64), rows + len(decoded.groups)]),
+        np.concatenate([np.asarray(heads, dtype=np.int64), columns + first_client]),
+        np.concatenate([np.asarray(capacities, dtype=np.int64), room[rows, columns]]),
+        np.arange(first_client),
+        [len(tasks) - stay for _, tasks, stay in decoded.groups] + [fixed.get(key, 0) for key in keys],
+        np.arange(first_client, first_client + len(wanting)), demand[wanting])
     if flows is None:
         return None
     pick_tasks, pick_clients = list(decoded.pick_tasks), list(decoded.pick_clients)
@@ -882,9 +916,9 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
             pick_clients.extend([client] * staying)
             hub_tasks[key].extend(tasks[staying:])
     plan: dict[object, dict[str, int]] = defaultdict(dict)
-    for (key, client), amount in zip(cells, flows[first_cell:].tolist(), strict=True):
-        if amount:
-            plan[key][client] = int(amount)
+    cell_flows = flows[first_cell:]
+    for cell in np.flatnonzero(cell_flows).tolist():
+        plan[keys[int(rows[cell])]][clients[wanting[int(columns[cell])]]] = int(cell_flows[cell])
     return pick_tasks, pick_clients, hub_tasks, plan
 
 
@@ -1021,10 +1055,12 @@ class _StandbyFlow:
         return _SubtopologyHubs(self.graph, self.counts, self.group.clients, self.group.threads,
                                 lambda key: replica_nodes, own_arcs)
 
-    def ways(self) -> Iterable[tuple[TaskId, int, int, dict[str, int] | None, str | None]]:
-        """Every stateful task's ways out: (task, subtopology, hub price, its special clients'
-        prices or None when it has none, previous owner)."""
+    def ways(self) -> tuple[list[TaskId], list[tuple[TaskId, int, int, dict[str, int], str | None]]]:
+        """The stateful tasks no client has state of nor held before (only hubs reach them), and
+        every other task's ways out: (task, subtopology, hub price, its special clients' prices,
+        previous owner)."""
         group, ranking, costs, actives = self.group, self.ranking, self.costs, self.actives
+        hub_only, ways = [], []
         for task in group.stateful:
             owner = group.prev_active_owner.get(task)
             previous = group.prev_standby_holders.get(task, frozenset())
@@ -1032,23 +1068,23 @@ class _StandbyFlow:
                 previous = previous | {owner}
             holders = ranking.holders[task]
             if not holders and not previous:
-                yield task, task.subtopology, costs.no_state_arc(ranking, task), None, owner
+                hub_only.append(task)
                 continue
             special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {actives[task]}
                                                          if client in group.threads], previous)
-            yield task, task.subtopology, costs.no_state_arc(ranking, task), special, owner
+            ways.append((task, task.subtopology, costs.no_state_arc(ranking, task), special, owner))
+        return hub_only, ways
 
     def add_classes(self, entry: Callable[[int, str], int]) -> None:
         """Every stateful task into its class; ``entry(subtopology, active)`` is the node through
         which its standbys reach clients without its state."""
-        classes, actives = self.classes, self.actives
-        hub_only = classes.hub_only
-        for task, key, hub_cost, special, owner in self.ways():
-            entry_node = entry(key, actives[task])
-            if special is None:
-                hub_only[key, entry_node, hub_cost].append(task)
-            else:
-                classes.add(task, key, entry_node, hub_cost, special, owner)
+        classes, actives, ranking, costs = self.classes, self.actives, self.ranking, self.costs
+        hub_only, ways = self.ways()
+        for task in hub_only:
+            key = task.subtopology
+            classes.hub_only[key, entry(key, actives[task]), costs.no_state_arc(ranking, task)].append(task)
+        for task, key, hub_cost, special, owner in ways:
+            classes.add(task, key, entry(key, actives[task]), hub_cost, special, owner)
 
     def solve(self) -> None:
         self.classes.build(self.graph, self.hubs)
@@ -1118,21 +1154,21 @@ class _RelaxedStandbyFlow(_StandbyFlow):
     def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None) -> _CrowdedPairs:
         group, graph = self.group, self.graph
         self.caps = _subtopology_caps(self.counts, group.threads, group.clients)
-        self.special = list(self.ways())
+        self.hub_only, self.special = self.ways()
         self.hub = graph.node()
         self.hub_arcs = graph.arcs(self.hub, replica_nodes, BIG_CAPACITY, 0)
         head = dict(zip(group.clients, replica_nodes.tolist(), strict=True))
         return _CrowdedPairs.of(graph, lambda key, client: head[client], self.caps, group.clients,
-                                ((key, client) for _, key, _, special, _ in self.special for client in special or ()))
+                                ((key, client) for _, key, _, special, _ in self.special for client in special))
 
     def build(self) -> None:
         classes, pairs, hub = self.classes, self.hubs, self.hub
         hub_only = classes.hub_only
+        ranking, costs = self.ranking, self.costs
+        for task in self.hub_only:
+            hub_only[None, hub, costs.no_state_arc(ranking, task)].append(task)
         for task, key, hub_cost, special, owner in self.special:
-            if special is None:
-                hub_only[None, hub, hub_cost].append(task)
-            else:
-                classes.add(task, key if pairs.crowds(key, special) else None, hub, hub_cost, special, owner)
+            classes.add(task, key if pairs.crowds(key, special) else None, hub, hub_cost, special, owner)
 
     def standbys_within_caps(self) -> dict[TaskId, tuple[str, ...]] | None:
         group = self.group
@@ -1143,7 +1179,7 @@ class _RelaxedStandbyFlow(_StandbyFlow):
                 holder = next(iter(holders))
                 if holder != self.actives[task] and holder in group.threads:
                     origin[task] = holder
-        keeper = _CapKeeper(self.caps, lambda task: task.subtopology, origin, group.clients)
+        keeper = _CapKeeper(self.caps, attrgetter("subtopology"), origin, group.clients)
         settled = _settle_leavers(self.classes.decode_within(self.graph, keeper), keeper.key_of, self.caps,
                                   self.graph.flows(self.hub_arcs), group.clients)
         if settled is None:
