@@ -297,8 +297,12 @@ def settled_assignment(group: Group, ranking: Ranking | None, config: Assignment
                 return None
             replica_counts[client] += 1
     for task in group.stateful:
-        if len(group.prev_standby_holders.get(task, ())) != per_task:
+        holders = group.prev_standby_holders.get(task, frozenset())
+        if len(holders) != per_task:
             return None
+        if ranking is not None and any(ranking.rank(task, c) != 0 for c in holders) and _caught_up_substitute(
+                group, ranking, task, excluded={owners[task], *holders}) is not None:
+            return None  # property 2: a lagging standby yields to a caught-up client that is free
     claims = sum(len(group.states[c].prev_active & group.specs.keys()) for c in group.clients)
     if claims != len(owners):
         return None

@@ -122,3 +122,26 @@ def test_acceptable_lag_beyond_the_largest_is_invalid():
         assert error.field == "config.acceptable_recovery_lag"
     else:
         raise AssertionError("accepted an acceptable_recovery_lag beyond max long")
+
+
+def test_a_settled_group_s_lagging_standby_yields_to_a_free_caught_up_client():
+    """Hypothesis's find: an otherwise settled group (every task placed, balanced, the active
+    running) kept a standby on a lagging client while another client was caught up: on an empty
+    changelog a client without state restores nothing. KIP-441 "Assignment Algorithm" property 2
+    wants the caught-up one, so the settled fast path must not keep the old standby."""
+    task = TaskId(0, 0)
+    spec = TaskSpec(task, stateful=True, changelog_offsets=0)
+
+    def client(name, threads, *, active=(), standby=(), lags=None):
+        return ClientState(name, threads, prev_active=frozenset(active), prev_standby=frozenset(standby),
+                           lags=MappingProxyType(lags or {}))
+
+    clients = [client("client-00", 1), client("client-01", 3),
+               client("client-03", 3, standby=[task], lags={task: 9_558}),
+               client("client-06", 3, active=[task], lags={task: LATEST}),
+               client("client-07", 4, standby=[task], lags={task: UNKNOWN})]
+    config = AssignmentConfig(acceptable_recovery_lag=0, max_warmup_replicas=1, num_standby_replicas=2)
+    result = assign([spec], clients, config)
+    assert broken_rules([spec], clients, config, result) == []
+    assert task not in result.clients["client-03"].standby
+    assert result.clients["client-06"].active == (task,)
