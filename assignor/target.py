@@ -489,8 +489,8 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
 # tasks span more than SPREAD keys on average
 RELAXED_PAIRS = 5_000
 SPREAD = 3
-# When the previous owners already hold more than this share of the tasks above their
-# subtopology caps, the relaxed active flow is not tried: its decoding must keep caps that the
+# When the previous owners (standby holders) already hold more than this share of the tasks
+# above their subtopology caps, the relaxed active (standby) flow is not tried: its decoding must keep caps that the
 # group breaks widely (a group settled by min_traffic, which ignores them), so it rarely
 # certifies and only adds a solve (bench/bench_rack.py, scale-out min_traffic: 23% over, never
 # certified; the HA sweep's 10-subtopology scale-out: 10% over, certified).
@@ -1415,7 +1415,20 @@ def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> b
     if len(keys) * len(group.clients) < RELAXED_PAIRS:
         return False
     holders = ranking.holders
-    return 2 * sum(1 for task in group.stateful if holders[task] or task in previous) > len(group.stateful)
+    if 2 * sum(1 for task in group.stateful if holders[task] or task in previous) <= len(group.stateful):
+        return False
+    counts: dict[int, int] = defaultdict(int)
+    for task in group.stateful:
+        counts[task.subtopology] += 1
+    caps = _subtopology_caps(counts, group.threads, group.clients)
+    position = {client: index for index, client in enumerate(group.clients)}
+    held: dict[tuple[int, str], int] = defaultdict(int)
+    for task, standby in previous.items():
+        for holder in standby:
+            if holder in position and task.subtopology in caps:
+                held[task.subtopology, holder] += 1
+    over = sum(max(0, n - int(caps[key][position[holder]])) for (key, holder), n in held.items())
+    return over <= CROWDED_EXCESS_SHARE * len(group.stateful)
 
 
 def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> bool:
