@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from types import MappingProxyType
 
 from assignor.cluster import AssignorError, ClusterMetadata, HostTasks, MemberAssignment
@@ -187,34 +188,18 @@ class Member:
         self.shutdown_requested = sub.error_code == AssignorError.SHUTDOWN_REQUESTED
 
     def snapshot(self) -> MemberSnapshot:
-        return MemberSnapshot(
-            self.member_id, self.group_instance_id, self.process_id, self.session_timeout_ms,
-            self.rebalance_timeout_ms, self.version, self.latest_supported_version, self.num_threads,
-            self.endpoint, self.rack, self.client_tags, self.report, self.lags_updated_ms,
-            self.shutdown_requested, self.principal,
-        )
+        return MemberSnapshot(*_durable(self))
 
     @classmethod
     def from_snapshot(cls, snapshot: MemberSnapshot) -> Member:
         """A restored member: synced (its generation's assignment is fixed), no session yet."""
-        return cls(
-            member_id=snapshot.member_id,
-            group_instance_id=snapshot.group_instance_id,
-            process_id=snapshot.process_id,
-            session_timeout_ms=snapshot.session_timeout_ms,
-            rebalance_timeout_ms=snapshot.rebalance_timeout_ms,
-            version=snapshot.version,
-            latest_supported_version=snapshot.latest_supported_version,
-            num_threads=snapshot.num_threads,
-            endpoint=snapshot.endpoint,
-            rack=snapshot.rack,
-            client_tags=snapshot.client_tags,
-            report=snapshot.report,
-            lags_updated_ms=snapshot.lags_updated_ms,
-            shutdown_requested=snapshot.shutdown_requested,
-            synced=True,
-            principal=snapshot.principal,
-        )
+        return cls(**dict(zip(_DURABLE_FIELDS, _durable(snapshot), strict=True)), synced=True)
+
+
+# A member's durable fields are MemberSnapshot's, named once there; read in one C call (a
+# large group's Persist snapshots every member on the event loop).
+_DURABLE_FIELDS = tuple(f.name for f in fields(MemberSnapshot))
+_durable = attrgetter(*_DURABLE_FIELDS)
 
 
 @dataclass(slots=True)
