@@ -516,6 +516,23 @@ def _relaxation_pays(group: Group, hub_only: _HubOnly, ways: list[_Ways]) -> boo
     return len(set(owned)) > SPREAD * len({owner for _, owner in owned})
 
 
+def _crowding(caps: Mapping, clients: Sequence[str], staying: Iterable[tuple[object, str]]) -> tuple[dict, int]:
+    """The (key, client) pairs where more of ``staying`` (one pair per task that may stay) fall
+    than the cap, with their caps; and how many units of ``staying`` lie above the caps."""
+    count: dict[tuple, int] = defaultdict(int)
+    for pair in staying:
+        count[pair] += 1
+    position = {client: index for index, client in enumerate(clients)}
+    crowded = {}
+    over = 0
+    for (key, client), tasks in count.items():
+        cap = int(caps[key][position[client]])
+        if tasks > cap:
+            crowded[key, client] = cap
+            over += tasks - cap
+    return crowded, over
+
+
 class _CrowdedPairs:
     """The special arcs of a relaxed flow (``_relaxed_active_target``, ``_RelaxedStandbyFlow``):
     into the client's node directly, counted against no subtopology cap, except on *crowded*
@@ -536,19 +553,8 @@ class _CrowdedPairs:
     @classmethod
     def of(cls, graph: FlowGraph, head: Callable[[object, str], int], caps: Mapping, clients: Sequence[str],
            staying: Iterable[tuple[object, str]]) -> _CrowdedPairs:
-        """The pairs where more of ``staying`` (one (key, client) per task that may stay) fall
-        than the cap."""
-        count: dict[tuple, int] = defaultdict(int)
-        for pair in staying:
-            count[pair] += 1
-        position = {client: index for index, client in enumerate(clients)}
-        crowded = {}
-        over = 0
-        for (key, client), tasks in count.items():
-            cap = int(caps[key][position[client]])
-            if tasks > cap:
-                crowded[key, client] = cap
-                over += tasks - cap
+        """The crowded pairs of ``staying`` (``_crowding``)."""
+        crowded, over = _crowding(caps, clients, staying)
         return cls(graph, head, crowded, over)
 
     def crowds(self, key, clients: Iterable[str]) -> bool:
@@ -1421,13 +1427,9 @@ def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> b
     for task in group.stateful:
         counts[task.subtopology] += 1
     caps = _subtopology_caps(counts, group.threads, group.clients)
-    position = {client: index for index, client in enumerate(group.clients)}
-    held: dict[tuple[int, str], int] = defaultdict(int)
-    for task, standby in previous.items():
-        for holder in standby:
-            if holder in position and task.subtopology in caps:
-                held[task.subtopology, holder] += 1
-    over = sum(max(0, n - int(caps[key][position[holder]])) for (key, holder), n in held.items())
+    _, over = _crowding(caps, group.clients, ((task.subtopology, holder) for task, standby in previous.items()
+                                             for holder in standby
+                                             if holder in group.threads and task.subtopology in caps))
     return over <= CROWDED_EXCESS_SHARE * len(group.stateful)
 
 
