@@ -139,6 +139,27 @@ def split_exactly(supply: np.ndarray, demand: np.ndarray, rows: np.ndarray, colu
                          np.arange(row_count), supply, np.arange(row_count, row_count + len(demand)), demand)
 
 
+def split_least_excess(supply: np.ndarray, demand: np.ndarray, rows: np.ndarray, columns: np.ndarray,
+                        caps: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """``split_exactly`` where a cell may take more than its cap, each unit above it costing one:
+    the units per cell of a plan with the fewest such units, and how many there are (a min-cost
+    flow whose only prices are 0 and 1, so it takes few cost-scaling phases). None when the
+    cells cannot carry the supply at any price."""
+    row_count = len(supply)
+    graph = FlowGraph()
+    graph.nodes(row_count + len(demand))
+    heads = np.asarray(columns, dtype=np.int64) + row_count
+    free = graph.arcs(rows, heads, caps, 0)
+    over = graph.arcs(rows, heads, 1 << 40, 1)
+    graph.supplies(np.arange(row_count), supply)
+    graph.supplies(np.arange(row_count, row_count + len(demand)), -np.asarray(demand, dtype=np.int64))
+    try:
+        excess = graph.solve()
+    except FlowError:
+        return None
+    return graph.flows(free) + graph.flows(over), excess
+
+
 def feasible_flow(node_count: int, tails, heads, capacities, sources, supplies, sinks, demands) -> np.ndarray | None:
     """Flows on the arcs (``tails[i]`` -> ``heads[i]``, at most ``capacities[i]``) that carry
     exactly ``supplies`` out of ``sources`` and ``demands`` into ``sinks`` (equal totals), by a

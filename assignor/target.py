@@ -42,7 +42,7 @@ from operator import attrgetter
 import numpy as np
 
 from assignor.balance import quotas
-from assignor.flow import FUNNEL_PAIRS, FlowError, FlowGraph, feasible_flow, fill_by_demand
+from assignor.flow import FUNNEL_PAIRS, FlowError, FlowGraph, feasible_flow, fill_by_demand, split_least_excess
 from assignor.model import ClientState, TaskId, TaskSpec
 from assignor.ranking import Ranking, Tier, tier_of
 
@@ -251,30 +251,63 @@ class _SubtopologyHubs:
 
     def realize(self, graph: FlowGraph) -> frozenset[str]:
         """Split each funnel's solved flow into units per (key, funnelled client). Returns the
-        clients the funnels fed when no split found needs as little excess as the funnels paid
-        (the funnelled optimum may then be lower than the full layer's), else nothing."""
-        for keys, reached, to_funnel, to_overflow, from_funnel, from_overflow in self._funnels:
+        clients the funnels fed when no split needs as little excess as the funnels paid (the
+        funnelled optimum may then be lower than the full layer's), else nothing.
+
+        The split is first dealt greedily (``fill_by_demand``, key by key); when that leaves
+        units only excess can place, the split with the least excess is found exactly
+        (``split_least_excess``): a greedy deal can miss a split that exists, and each miss
+        costs a second, larger solve."""
+        for funnel in self._funnels:
+            keys, reached, to_funnel, to_overflow, from_funnel, from_overflow = funnel
             paid = int(graph.flows(to_overflow).sum())
             supplied = (graph.flows(to_funnel) + graph.flows(to_overflow)).tolist()
             demand = np.zeros(len(self._clients), dtype=np.int64)
             demand[reached] = graph.flows(from_funnel) + graph.flows(from_overflow)
-            for key, amount in zip(keys, supplied, strict=True):
-                if not amount:
-                    continue
-                funnelled = self._entries[key][5]
-                wants = demand[funnelled]
-                given = fill_by_demand(wants, self._caps[key][funnelled], amount)
-                over = amount - int(given.sum())
-                if over:  # every funnelled client with demand left is at its cap: excess
-                    paid -= over
-                    left = wants - given
-                    extra = fill_by_demand(left, left, over)
-                    if paid < 0 or int(extra.sum()) < over:
-                        return self._fed()
-                    given += extra
-                demand[funnelled] = wants - given
-                self._funnelled_units[key] = given
+            units = (self._deal_greedily(keys, supplied, demand.copy(), paid)
+                     or self._split_exactly(keys, supplied, demand, paid))
+            if units is None:
+                return self._fed()
+            self._funnelled_units.update(units)
         return frozenset()
+
+    def _deal_greedily(self, keys: list, supplied: list[int], demand: np.ndarray, paid: int) -> dict | None:
+        units = {}
+        for key, amount in zip(keys, supplied, strict=True):
+            if not amount:
+                continue
+            funnelled = self._entries[key][5]
+            wants = demand[funnelled]
+            given = fill_by_demand(wants, self._caps[key][funnelled], amount)
+            over = amount - int(given.sum())
+            if over:  # every funnelled client with demand left is at its cap: excess
+                paid -= over
+                left = wants - given
+                extra = fill_by_demand(left, left, over)
+                if paid < 0 or int(extra.sum()) < over:
+                    return None
+                given += extra
+            demand[funnelled] = wants - given
+            units[key] = given
+        return units
+
+    def _split_exactly(self, keys: list, supplied: list[int], demand: np.ndarray, paid: int) -> dict | None:
+        sending = [(key, amount) for key, amount in zip(keys, supplied, strict=True) if amount]
+        cells = [self._entries[key][5] for key, _ in sending]
+        rows = np.repeat(np.arange(len(sending)), [len(funnelled) for funnelled in cells])
+        columns = np.concatenate(cells) if cells else np.zeros(0, dtype=np.int64)
+        caps = np.concatenate([self._caps[key][funnelled] for (key, _), funnelled in zip(sending, cells, strict=True)]
+                              ) if cells else np.zeros(0, dtype=np.int64)
+        split = split_least_excess(np.array([amount for _, amount in sending], dtype=np.int64), demand,
+                                   rows, columns, caps)
+        if split is None or split[1] > paid:
+            return None
+        flows = split[0]
+        units, start = {}, 0
+        for (key, _), funnelled in zip(sending, cells, strict=True):
+            units[key] = flows[start:start + len(funnelled)].astype(np.int64)
+            start += len(funnelled)
+        return units
 
     def next_round(self, fed: frozenset[str]) -> frozenset[str]:
         """The clients out of the funnels next round: those the funnels fed, then everyone."""

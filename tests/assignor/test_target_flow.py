@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from assignor import target
 from assignor.balance import quotas
-from assignor.flow import FlowGraph, fill_by_demand, split_exactly
+from assignor.flow import FlowGraph, fill_by_demand, split_exactly, split_least_excess
 from assignor.model import LATEST, UNKNOWN, ClientState, TaskId, TaskSpec
 from assignor.ranking import rank_clients, tier_of
 from assignor.target import (
@@ -441,15 +441,28 @@ def _funnel_rounds(call):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans())
-def test_funnelled_active_hubs_reach_the_per_task_optimum(group, lag_aware):
+@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), greedy=st.booleans())
+def test_funnelled_active_hubs_reach_the_per_task_optimum(group, lag_aware, greedy):
     """Hubs reaching clients through funnels (as on large groups, forced here from the first
-    round): the decoded actives cost the per-task optimum, however many rounds it took."""
+    round): the decoded actives cost the per-task optimum, however many rounds it took. Without
+    the greedy deal (``greedy`` False), every split is the exact one, which never needs more
+    rounds than the greedy deal does."""
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    actives, rounds = _funnel_rounds(lambda: target.active_target(Group.of(specs, clients), ranking,
-                                                                   CostModel(lag_aware), own_arcs=frozenset()))
+
+    def solve():
+        return _funnel_rounds(lambda: target.active_target(Group.of(specs, clients), ranking,
+                                                           CostModel(lag_aware), own_arcs=frozenset()))
+
+    actives, rounds = solve()
+    if not greedy:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(target._SubtopologyHubs, "_deal_greedily", lambda *args: None)
+            exact, exact_rounds = solve()
+        assert len(exact_rounds) <= len(rounds)
+        assert active_cost(inst, exact) == active_cost(inst, actives)
+        actives, rounds = exact, exact_rounds
     event(f"funnel rounds: {len(rounds)}")
     assert sorted(actives) == sorted(inst.specs)
     assert active_cost(inst, actives) == reference_active_optimum(inst)
@@ -608,3 +621,52 @@ def test_relaxed_targets_ignore_the_order_of_the_input(group, seed):
         actives = target.active_target(index, ranking, costs, 1, relaxed=True)
         results.append((actives, target.standby_target(index, ranking, costs, actives, 1, relaxed=True)))
     assert results[0] == results[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(cells=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2)), max_size=5),
+       supply=st.lists(st.integers(0, 2), min_size=3, max_size=3))
+def test_least_excess_split_has_the_fewest_units_above_the_caps(cells, supply):
+    """``split_least_excess`` against brute force: any plan meeting every sum, with the fewest
+    units above the cells' caps; None when the cells cannot carry the sums at all."""
+    import itertools
+
+    cells = sorted({(r, c): cap for r, c, cap in cells}.items())
+    rows = np.array([r for (r, _), _ in cells], dtype=np.int64)
+    columns = np.array([c for (_, c), _ in cells], dtype=np.int64)
+    caps = np.array([cap for _, cap in cells], dtype=np.int64)
+    # demand: the supply spread over the columns the rows reach, in turn (or an unreachable one)
+    demand = [0] * 4
+    for row, amount in enumerate(supply):
+        reach = sorted({c for (r, c), _ in cells if r == row}) or [3]
+        for unit in range(amount):
+            demand[reach[unit % len(reach)]] += 1
+    best = None
+    for units in itertools.product(*(range(sum(supply) + 1) for _ in cells)):
+        if (np.bincount(rows, weights=units, minlength=3).tolist() == supply
+                and np.bincount(columns, weights=units, minlength=4).tolist() == demand):
+            excess = sum(max(0, u - cap) for u, cap in zip(units, caps.tolist(), strict=True))
+            best = excess if best is None else min(best, excess)
+    found = split_least_excess(np.array(supply, dtype=np.int64), np.array(demand, dtype=np.int64), rows, columns,
+                               caps)
+    assert (found is None) == (best is None)
+    if found is not None:
+        units, excess = found
+        assert excess == best
+        assert excess == int(np.maximum(units - caps, 0).sum())
+        assert np.bincount(rows, weights=units, minlength=3).tolist() == supply
+        assert np.bincount(columns, weights=units, minlength=4).tolist() == demand
+
+
+def test_a_funnel_split_the_greedy_deal_misses_is_found_exactly():
+    """Why a funnel's split does not stop at the greedy deal: subtopology a may go to clients x
+    and y, b only to x (y reaches b through a node of its own); a takes x first, as the largest
+    remaining demand first in client order, and leaves b only excess. The exact split sends a
+    to y and b to x, within the caps."""
+    demand = np.array([1, 1], dtype=np.int64)
+    given_a = fill_by_demand(demand, np.array([1, 1]), 1)
+    assert given_a.tolist() == [1, 0]
+    assert fill_by_demand(demand - given_a, np.array([1, 0]), 1).tolist() == [0, 0]
+    units, excess = split_least_excess(np.array([1, 1]), demand, np.array([0, 0, 1]), np.array([0, 1, 0]),
+                                       np.array([1, 1, 1]))
+    assert excess == 0 and units.tolist() == [0, 1, 1]
