@@ -42,7 +42,14 @@ from operator import attrgetter
 import numpy as np
 
 from assignor.balance import quotas
-from assignor.flow import FUNNEL_PAIRS, FlowError, FlowGraph, feasible_flow, fill_by_demand, split_least_excess
+from assignor.flow import (
+    FUNNEL_PAIRS,
+    FlowError,
+    FlowGraph,
+    feasible_flow,
+    fill_by_demand,
+    split_least_excess,
+)
 from assignor.model import ClientState, TaskId, TaskSpec
 from assignor.ranking import Ranking, Tier, tier_of
 
