@@ -719,13 +719,17 @@ class _TaskClasses:
     clients besides its previous owner joins the class of that *anchor* (the owner, at its
     price), whose arc to it can carry every unit of the class. Each further special client
     adds to the class's arc to that client at that price, of capacity how many of the class's
-    tasks have it; a task with more further special clients than u is a class alone (its own
-    node, as without classes).
+    tasks have it. A task with more further special clients than u shares a class only with
+    tasks of exactly the same ones at the same prices (a *uniform* class: with two standbys, the
+    tasks of one owner whose standbys sit on the same two clients); without an anchor and with
+    u = 1 it is a class alone (its own node, as without classes).
 
     Exact: every per-task assignment sums to a class flow of the same cost, and every class
     flow decomposes into one (``decode``): a special arc's units go to tasks having that special
     client, in task order (a task takes at most u of them, one per client, since it has at most
-    u), and the class's tasks then take the anchor's and the hub's units in any pairing, at one
+    u); in a uniform class, to its tasks in turn from where the previous arc stopped (each arc
+    carries at most one unit per task, all arcs at most u per task, so no task takes more than
+    u); the class's tasks then take the anchor's and the hub's units in any pairing, at one
     price for all of them.
     """
 
@@ -746,10 +750,15 @@ class _TaskClasses:
         if units == 1 and further > 1 and owner in special:
             anchor, anchor_cost = owner, special[owner]
             further -= 1
-        class_key = (key, entry, hub_cost, anchor, anchor_cost, task if further > units else None)
+        alike = None
+        if further > units:  # alone, or (where the decoding can deal their units) with tasks of the same ways
+            alike = task if units == 1 and anchor is None else tuple(
+                (client, cost) for client, cost in sorted(special.items()) if client != anchor)
+        class_key = (key, entry, hub_cost, anchor, anchor_cost, alike)
         members = self._classes.get(class_key)
         if members is None:
             members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
+            members.uniform = type(alike) is tuple
         members.tasks.append(task)
         # in client order, whatever order the caller's clients came in
         for client, cost in sorted(special.items()) if len(special) > 1 else special.items():
@@ -804,12 +813,20 @@ class _TaskClasses:
             if members.anchor is not None:
                 anchor_units = flows[arc]
                 arc += 1
+            turn = 0  # a uniform class deals its runs' units to its tasks in turn
             for start, stop in _runs(extras):
-                for index in range(start, min(stop, start + 3 * flows[arc]), 3):
-                    pick_tasks.append(extras[index + 2])
-                    pick_clients.append(extras[index])
-                    taken[extras[index + 2]] += 1
+                amount = flows[arc]
                 arc += 1
+                if members.uniform:
+                    run = extras[start + 2:stop:3]
+                    chosen = [run[(turn + index) % len(run)] for index in range(amount)]
+                    turn = (turn + amount) % len(run)
+                else:
+                    chosen = extras[start + 2:min(stop, start + 3 * amount):3]
+                for task in chosen:
+                    pick_tasks.append(task)
+                    pick_clients.append(extras[start])
+                    taken[task] += 1
             for task in members.tasks:
                 left = units - taken.get(task, 0)
                 if anchor_units and left:
@@ -1048,7 +1065,7 @@ def _runs(extras: list) -> Sequence[tuple[int, int]]:
 class _Class:
     """One class of ``_TaskClasses`` while the graph is built and decoded."""
 
-    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "start")
+    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "start", "uniform")
 
     def __init__(self, key, entry: int, hub_cost: int, anchor: str | None, anchor_cost: int | None) -> None:
         self.key, self.entry, self.hub_cost = key, entry, hub_cost
@@ -1056,6 +1073,7 @@ class _Class:
         self.tasks: list[TaskId] = []
         self.extras: list = []  # (client, price, task) for each further special client of each task, flat
         self.start = 0  # its first arc among the graph's class arcs, once built
+        self.uniform = False  # every task has the same further special clients, more than its units
 
 
 def round_robin(counts: Mapping[str, int], clients: Sequence[str]) -> list[str]:
