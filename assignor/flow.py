@@ -39,6 +39,10 @@ class FlowGraph:
         self._node_count += count
         return range(start, start + count)
 
+    @property
+    def arc_count(self) -> int:
+        return len(self._tails)
+
     def supply(self, node: int, amount: int) -> None:
         """Positive amounts enter the network at ``node``, negative ones leave it."""
         self._supplies[node] = self._supplies.get(node, 0) + amount

@@ -218,7 +218,13 @@ class _SubtopologyHubs:
             # most of the group (a fresh one), whose funnel splits evenly.
             reached = set().union(*self._node.values())
             idle = [client for client in self._clients if client not in reached]
-            if 2 * len(idle) < len(self._clients):
+            if 2 * len(self.hub) * len(self._clients) <= 1.5 * graph.arc_count:
+                # The layer would at most double a graph that direct arcs already make large (a
+                # settled group losing members, where the funnels' split often fails and costs a
+                # second solve): no funnel.
+                self.own_arcs = frozenset(self._clients)
+                self._funnelled[:] = False
+            elif 2 * len(idle) < len(self._clients):
                 self.own_arcs = frozenset(idle)
                 self._funnelled[[self._position[client] for client in idle]] = False
         funnels: dict[int, list] = defaultdict(list)  # keys by downstream (head arrays are equal or disjoint)
