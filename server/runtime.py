@@ -57,7 +57,7 @@ from server.model import (
     SyncGroupResponse,
 )
 from server.observability import Metrics, RebalanceLog, Telemetry
-from server.store import Store, encode_snapshot, restore
+from server.store import Store, restore
 from server.timers import Clock, Timers
 
 log = structlog.get_logger(__name__)
@@ -336,10 +336,10 @@ class Coordinator:
                     replies.append(effect)
                 case Persist(snapshot=state):
                     if self.store is not None:
-                        # the state the handler put in the effect, encoded in a worker thread (a
-                        # large group's is megabytes) and requested before the group's next
-                        # handler runs, so that the store sees a group's snapshots in order
-                        writes.append(self.store.request(state.group_id, await asyncio.to_thread(encode_snapshot, state)))
+                        # the frozen state the handler put in the effect, requested before the
+                        # group's next handler runs, so that the store sees a group's snapshots
+                        # in order; the store's writer encodes only the latest
+                        writes.append(self.store.request(state.group_id, state))
                 case ComputeAssignment():
                     computes.append(effect)
                 case AppendRebalanceLog():

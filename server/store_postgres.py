@@ -173,11 +173,16 @@ class PostgresStore(GroupStore):
             if self._tasks:
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _put(self, group_id: str, text: str) -> None:
+    def _held_lease(self, group_id: str) -> tuple[str, int]:
+        """(owner, epoch) of this replica's lease on the group; a write without one is refused
+        before it is sent."""
         lease = self._lease(group_id)
         if lease is None:
             raise NotCoordinator(None, f"this replica does not own group {group_id!r}")
-        owner, epoch = lease
+        return lease
+
+    async def _put(self, group_id: str, text: str) -> None:
+        owner, epoch = self._held_lease(group_id)
         async with self._pool.connection() as conn:
             cursor = await conn.execute(_FENCED_WRITE, {"group_id": group_id, "owner": owner, "epoch": epoch, "snapshot": text})
             written = await cursor.fetchone()
@@ -187,10 +192,7 @@ class PostgresStore(GroupStore):
 
     async def _delete(self, group_id: str) -> None:
         """An expired group's row goes only while this replica still holds its lease."""
-        lease = self._lease(group_id)
-        if lease is None:
-            raise NotCoordinator(None, f"this replica does not own group {group_id!r}")
-        owner, epoch = lease
+        owner, epoch = self._held_lease(group_id)
         async with self._pool.connection() as conn:
             await conn.execute(_FENCED_DELETE, {"group_id": group_id, "owner": owner, "epoch": epoch})
         if self._released is not None:

@@ -16,6 +16,7 @@ from server.effects import ComputeAssignment, Persist, ScheduleTimer, TimerKind
 from server.group import Group, GroupSettings, GroupState, Member
 from server.model import (
     ErrorCode,
+    GroupSnapshot,
     HeartbeatRequest,
     JoinGroupRequest,
     LagReport,
@@ -23,7 +24,7 @@ from server.model import (
     Subscription,
 )
 from server.runtime import Coordinator
-from server.store import snapshot_document
+from server.store import GroupStore, snapshot_document
 from server.timers import FakeClock
 
 TOPOLOGY = Topology((Subtopology(0, (SourceTopic("in", 4),), (StateStore("counts", logged=True),)),))
@@ -97,8 +98,8 @@ class _Store:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict]] = []
 
-    def request(self, group_id: str, snapshot: str) -> asyncio.Future:
-        self.requests.append((group_id, json.loads(snapshot)))
+    def request(self, group_id: str, snapshot: GroupSnapshot) -> asyncio.Future:
+        self.requests.append((group_id, snapshot_document(snapshot)))
         future = asyncio.get_running_loop().create_future()
         future.set_result(None)
         return future
@@ -133,3 +134,35 @@ def test_a_persist_carries_the_state_its_handler_left_and_later_changes_do_not_r
     (later,) = [e for e in left.effects if isinstance(e, Persist)]
     assert (later.snapshot.generation, later.snapshot.state, later.snapshot.members) == (2, "Empty", ())
     assert dict(later.snapshot.end_offsets) == {TaskId(0, 0): 500}
+
+
+async def test_the_store_encodes_only_the_latest_of_a_groups_coalesced_snapshots(tmp_path, monkeypatch):
+    """Three snapshots of one group requested before its writer runs: one write, of the last,
+    encoded once (off the event loop), and every request resolves with it."""
+    import server.store
+
+    encoded = []
+
+    def counting(snapshot):
+        encoded.append(snapshot.generation)
+        return encode(snapshot)
+
+    encode = server.store.encode_snapshot
+    monkeypatch.setattr(server.store, "encode_snapshot", counting)
+    group = Group("app", GroupSettings(initial_rebalance_delay_ms=0))
+    snapshots = [group.snapshot()]
+    for now, member in ((1, "m1"), (2, "m2")):
+        group.join(_join(member), now, 0)
+        snapshots.append(group.snapshot())
+    assert [len(snapshot_document(snapshot)["members"]) for snapshot in snapshots] == [0, 1, 2]
+    store = GroupStore(tmp_path / "state.db")
+    await store.open()
+    store.start()
+    try:
+        waits = [store.request("app", snapshot) for snapshot in snapshots]
+        await asyncio.wait_for(asyncio.gather(*waits), 10)
+        assert encoded == [snapshots[-1].generation]
+        (document,) = await store.load_all()
+        assert document == json.loads(json.dumps(snapshot_document(snapshots[-1])))
+    finally:
+        await store.close()
