@@ -11,6 +11,7 @@ priced here too: it must cost exactly that optimum (the decomposition loses noth
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import defaultdict
 from types import MappingProxyType
@@ -43,11 +44,14 @@ BIG = 1 << 40
 
 
 @st.composite
-def settled_groups(draw, max_tasks: int = 18, max_clients: int = 6, max_subtopologies: int = 3):
+def settled_groups(draw, max_tasks: int = 18, max_clients: int = 6, max_subtopologies: int = 3,
+                   ring: bool | None = None):
     """A group some assignment settled: every task with a previous owner, most owners and
     standbys caught up, a few lagging, unknown or without state, plus new clients without state
     (the scale-out case, small). Several tasks of a subtopology share an owner, so classes hold
-    many tasks, and tasks of one class may differ only in a price."""
+    many tasks, and tasks of one class may differ only in a price. Standbys sit on random
+    clients, or (``ring``) on the clients after the owner, as a settled assignment leaves them:
+    then an owner's tasks share their standby clients (uniform classes)."""
     rng = random.Random(draw(st.integers(0, 2**32)))
     subtopologies = draw(st.integers(1, max_subtopologies))
     per = draw(st.integers(1, max(1, max_tasks // subtopologies)))
@@ -60,6 +64,7 @@ def settled_groups(draw, max_tasks: int = 18, max_clients: int = 6, max_subtopol
     old = [f"c{i}" for i in range(draw(st.integers(1, max_clients)))]
     new = [f"n{i}" for i in range(draw(st.integers(0, 2)))]
     standbys = draw(st.integers(0, 3))  # 3: more special clients than the two standbys asked
+    ring = draw(st.booleans()) if ring is None else ring
     active = {c: set() for c in old}
     standby = {c: set() for c in old}
     lags: dict[str, dict[TaskId, int]] = {c: {} for c in old + new}
@@ -71,7 +76,13 @@ def settled_groups(draw, max_tasks: int = 18, max_clients: int = 6, max_subtopol
         owner_lag = rng.choice([LATEST, LATEST, LATEST, ACCEPTABLE_RECOVERY_LAG + 3, UNKNOWN, None])
         if owner_lag is not None:  # None: the owner lost its state (its price is a client's without)
             lags[owner][spec.id] = owner_lag
-        for holder in rng.sample([c for c in old if c != owner], k=min(standbys, len(old) - 1)):
+        others = [c for c in old if c != owner]
+        if ring:
+            after = old.index(owner)
+            holders = [old[(after + step) % len(old)] for step in range(1, min(standbys, len(old) - 1) + 1)]
+        else:
+            holders = rng.sample(others, k=min(standbys, len(others)))
+        for holder in holders:
             standby[holder].add(spec.id)
             lags[holder][spec.id] = rng.choice([0, 0, 0, 5, ACCEPTABLE_RECOVERY_LAG + 7, UNKNOWN])
     clients = [
@@ -348,9 +359,26 @@ def _recorded(call):
     return result, _Recording.optima[0] if _Recording.optima else None
 
 
+@contextlib.contextmanager
+def _uniform_classes(uniform: bool):
+    """With ``uniform``, tasks of the same further special clients share a class wherever they
+    have more than their units (``UNIFORM_CLASS_MIN`` 0), not only on groups of many tasks per
+    owner; else the default choice."""
+    with pytest.MonkeyPatch.context() as patch:
+        if uniform:
+            patch.setattr(target, "UNIFORM_CLASS_MIN", 0)
+        yield
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), standbys=st.integers(0, 2))
-def test_active_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
+@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), standbys=st.integers(0, 2),
+       uniform=st.booleans())
+def test_active_classes_reach_the_per_task_optimum(group, lag_aware, standbys, uniform):
+    with _uniform_classes(uniform):
+        _active_classes_reach_the_per_task_optimum(group, lag_aware, standbys)
+
+
+def _active_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     index = Group.of(specs, clients)
@@ -366,8 +394,14 @@ def test_active_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), standbys=st.integers(1, 2))
-def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
+@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), standbys=st.integers(1, 2),
+       uniform=st.booleans())
+def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys, uniform):
+    with _uniform_classes(uniform):
+        _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys)
+
+
+def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     """Tree (one standby): exact, and the decoded standbys cost its optimum. Hub: the relaxed
     optimum (a hub unit may land on the active, or twice on one client); with one standby, when
     an exact dealing of the hub units exists, the decoded standbys cost that optimum, which is
@@ -402,6 +436,18 @@ def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
             event(f"{formulation.name} -> every_arc: decoded cost checked")
             exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
             assert standby_cost(inst, actives, result, per_task) == exact, formulation
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(group=settled_groups(max_tasks=24, ring=True), lag_aware=st.booleans(), standbys=st.integers(2, 3))
+def test_uniform_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
+    """Standbys on the clients after each owner, as a settled assignment leaves them: an
+    owner's tasks share their further special clients, more than the active flow's one unit
+    (and, with three, than the standby flow's two), and share uniform classes (forced here
+    whatever the tasks per owner): both flows still reach the per-task optimum."""
+    with _uniform_classes(True):
+        _active_classes_reach_the_per_task_optimum(group, lag_aware, standbys)
+        _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys)
 
 
 @settings(max_examples=60, deadline=None)
