@@ -86,24 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _channel(address: str, tls_ca: str | None, server_name: str | None, client: tuple[str, str] | None = None) -> grpc.Channel:
-    if tls_ca is None:
-        return grpc.insecure_channel(address)
-    cert, key = client or (None, None)
-    return ClientTls(ca=Path(tls_ca), cert=Path(cert) if cert else None, key=Path(key) if key else None,
-                     server_name=server_name).channel(address)
-
-
-def check(
-    address: str,
-    service: str = "",
-    timeout: float = 3.0,
-    tls_ca: str | None = None,
-    server_name: str | None = None,
-    client: tuple[str, str] | None = None,
-) -> tuple[int, str]:
-    """One Health/Check call: the exit status and a line saying why."""
-    with _channel(address, tls_ca, server_name, client) as channel:
+def check(address: str, service: str = "", timeout: float = 3.0, tls: ClientTls | None = None) -> tuple[int, str]:
+    """One Health/Check call (over ``tls`` when given): the exit status and a line saying why."""
+    channel = tls.channel(address) if tls is not None else grpc.insecure_channel(address)
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(
@@ -137,16 +123,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         address = probe_address(listen)
-        if tls_ca is not None and not Path(tls_ca).is_file():
-            raise ValueError(f"--tls-ca: no such file {tls_ca!r}")
-        if client is not None:
-            for flag, path in zip(("--tls-cert", "--tls-key"), client, strict=True):
-                if not path or not Path(path).is_file():
-                    raise ValueError(f"{flag}: no such file {path!r} (set both --tls-cert and --tls-key)")
+        if client is not None and tls_ca is None:
+            raise ValueError("--tls-cert/--tls-key: need --tls-ca (or REMOTE_LEADER_TLS_CERT) to dial over TLS")
+        cert, key = client or (None, None)
+        # ClientTls checks the files (names the flag) once, here, before any dialling
+        tls = None if tls_ca is None else ClientTls(ca=Path(tls_ca), cert=Path(cert) if cert else None,
+                                                     key=Path(key) if key else None, server_name=args.tls_server_name)
     except ValueError as error:
         print(f"healthcheck: {error}", file=sys.stderr)
         return EXIT_USAGE
-    code, message = check(address, args.service, args.timeout, tls_ca, args.tls_server_name, client)
+    code, message = check(address, args.service, args.timeout, tls)
     print(f"healthcheck: {message}", file=sys.stdout if code == EXIT_SERVING else sys.stderr)
     return code
 

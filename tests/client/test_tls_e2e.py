@@ -90,10 +90,11 @@ async def test_worker_library_and_cli_over_mtls(secure_leader, pki):
 async def test_health_probe_presents_a_client_certificate(secure_leader, pki):
     _server, address = secure_leader
     srv = pki["server"]
-    code, message = await asyncio.to_thread(healthcheck.check, address, "", 5.0, str(pki["ca"].cert), "localhost",
-                                            (str(srv.cert), str(srv.key)))
+    code, message = await asyncio.to_thread(healthcheck.check, address, "", 5.0,
+                                            ClientTls(ca=pki["ca"].cert, cert=srv.cert, key=srv.key, server_name="localhost"))
     assert code == healthcheck.EXIT_SERVING, message
-    code, message = await asyncio.to_thread(healthcheck.check, address, "", 5.0, str(pki["ca"].cert), "localhost")
+    code, message = await asyncio.to_thread(healthcheck.check, address, "", 5.0,
+                                            ClientTls(ca=pki["ca"].cert, server_name="localhost"))
     assert code == healthcheck.EXIT_UNREACHABLE, message
 
 

@@ -19,6 +19,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from remote_leader.healthcheck import check, main, probe_address
+from remote_leader.tls import ClientTls
 
 GROUP_LEADER = "remote_leader.v1.GroupLeader"
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -128,9 +129,8 @@ async def test_tls(self_signed, use_ca, server_name, expected):
     credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
     server, _, port = await _start({"": SERVING}, credentials)
     try:
-        code, message = await asyncio.to_thread(
-            check, f"127.0.0.1:{port}", "", 3.0, str(cert) if use_ca else None, server_name
-        )
+        tls = ClientTls(ca=cert, server_name=server_name) if use_ca else None
+        code, message = await asyncio.to_thread(check, f"127.0.0.1:{port}", "", 3.0, tls)
     finally:
         await server.stop(None)
     assert code == expected, message
@@ -158,10 +158,17 @@ def test_probe_address(listen, dialled):
             ["--address", "127.0.0.1:1", "--tls-ca", "/nonexistent/ca.crt"], "--tls-ca", id="missing-ca"
         ),
         pytest.param(["--address", "127.0.0.1:1", "--timeout", "0"], "--timeout", id="zero-timeout"),
+        pytest.param(["--address", "127.0.0.1:1", "--tls-ca", "CA", "--tls-cert", "CERT"], "--tls-cert/--tls-key",
+                     id="certificate-without-key"),
+        pytest.param(["--address", "127.0.0.1:1", "--tls-cert", "CERT", "--tls-key", "KEY"], "--tls-ca",
+                     id="client-certificate-without-ca"),
     ],
 )
-def test_bad_arguments_name_the_field(argv, field, capsys, monkeypatch):
+def test_bad_arguments_name_the_field(argv, field, capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("REMOTE_LEADER_TLS_CERT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for name in ("CA", "CERT", "KEY"):  # files that exist: the error is the missing pairing
+        (tmp_path / name).write_text("pem")
     assert main(argv) == 3
     assert field in capsys.readouterr().err
 
