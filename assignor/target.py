@@ -283,8 +283,9 @@ class _SubtopologyHubs:
             supplied = (graph.flows(to_funnel) + graph.flows(to_overflow)).tolist()
             demand = np.zeros(len(self._clients), dtype=np.int64)
             demand[reached] = graph.flows(from_funnel) + graph.flows(from_overflow)
-            units = (self._deal_greedily(keys, supplied, demand.copy(), paid)
-                     or self._split_exactly(keys, supplied, demand, paid))
+            units = self._deal_greedily(keys, supplied, demand.copy(), paid)
+            if units is None:
+                units = self._split_exactly(keys, supplied, demand, paid)
             if units is None:
                 return self._fed()
             self._funnelled_units.update(units)
