@@ -52,6 +52,7 @@ DEFAULT_ROWS = [
     ("assign", "scale-out", 200, 1000, 20_000, 0, 0, "none"),
     ("assign", "scale-out", 200, 1000, 20_000, 2, 0, "none"),
     *(("cli", "scale-out", s, 1000, 20_000, 1, 3, "none") for s in (1, 200, 500)),
+    *(("cli", "scale-in", s, 1000, 20_000, 1, 0, "none") for s in (1, 200, 500)),
 ]
 FULL_ROWS = [
     ("assign", scenario, s, clients, 20_000, standbys, racks, strategy)
