@@ -313,11 +313,12 @@ class _SubtopologyHubs:
 
     def _split_exactly(self, keys: list, supplied: list[int], demand: np.ndarray, paid: int) -> dict | None:
         sending = [(key, amount) for key, amount in zip(keys, supplied, strict=True) if amount]
+        if not sending:
+            return {}
         cells = [self._entries[key][5] for key, _ in sending]
         rows = np.repeat(np.arange(len(sending)), [len(funnelled) for funnelled in cells])
-        columns = np.concatenate(cells) if cells else np.zeros(0, dtype=np.int64)
-        caps = np.concatenate([self._caps[key][funnelled] for (key, _), funnelled in zip(sending, cells, strict=True)]
-                              ) if cells else np.zeros(0, dtype=np.int64)
+        columns = np.concatenate(cells)
+        caps = np.concatenate([self._caps[key][funnelled] for (key, _), funnelled in zip(sending, cells, strict=True)])
         split = split_least_excess(np.array([amount for _, amount in sending], dtype=np.int64), demand,
                                    rows, columns, caps)
         if split is None or split[1] > paid:
@@ -570,8 +571,9 @@ def _relaxation_pays(group: Group, hub_only: _HubOnly, ways: list[_Ways]) -> boo
 
 
 def _crowding(caps: Mapping, clients: Sequence[str], staying: Iterable[tuple[object, str]]) -> tuple[dict, int]:
-    """The (key, client) pairs where more of ``staying`` (one pair per task that may stay) fall
-    than the cap, with their caps; and how many units of ``staying`` lie above the caps."""
+    """The (key, client) pairs where more of ``staying`` (one pair per task that may stay, or
+    placed) fall than the cap, with their caps; and how many units of ``staying`` lie above the
+    caps. Caps are at least one, so a pair of one unit is never crowded."""
     count: dict[tuple, int] = defaultdict(int)
     for pair in staying:
         count[pair] += 1
@@ -579,6 +581,8 @@ def _crowding(caps: Mapping, clients: Sequence[str], staying: Iterable[tuple[obj
     crowded = {}
     over = 0
     for (key, client), tasks in count.items():
+        if tasks == 1:
+            continue
         cap = int(caps[key][position[client]])
         if tasks > cap:
             crowded[key, client] = cap
@@ -729,7 +733,7 @@ def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hu
         for key, units in plan.items():
             for task, client in zip(sorted(hub_tasks[key]), round_robin(units, sorted(units)), strict=True):
                 target[task] = client
-    if _excess(((keeper.key_of(task), client) for task, client in target.items()), keeper.caps, clients) > paid:
+    if _crowding(keeper.caps, clients, ((keeper.key_of(task), client) for task, client in target.items()))[1] > paid:
         return None
     return target
 
@@ -1030,15 +1034,6 @@ def _sort_key(key) -> tuple:
     return key if isinstance(key, tuple) else (key,)
 
 
-def _excess(placed: Iterable[tuple[object, str]], caps: Mapping, clients: Sequence[str]) -> int:
-    """The units of ``placed`` ((key, client) per replica) above their subtopology caps."""
-    position = {client: index for index, client in enumerate(clients)}
-    count: dict[tuple, int] = defaultdict(int)
-    for pair in placed:
-        count[pair] += 1
-    return sum(max(0, n - int(caps[key][position[client]])) for (key, client), n in count.items() if n > 1)
-
-
 class _CapKeeper:
     """While a relaxed flow is decoded: every (subtopology key, client)'s direct placements so
     far, counting each task on its origin (its previous owner, for actives) until it is placed
@@ -1300,7 +1295,7 @@ class _RelaxedStandbyFlow(_StandbyFlow):
                              repair=False):
                 return None
         placed = ((task.subtopology, client) for task, holders in chosen.items() for client in holders)
-        if _excess(placed, self.caps, group.clients) > self.hubs.paid(self.graph):
+        if _crowding(self.caps, group.clients, placed)[1] > self.hubs.paid(self.graph):
             return None
         return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
 
