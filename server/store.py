@@ -198,13 +198,13 @@ class Store(Protocol):
     instance (``GroupStore``), PostgreSQL for several replicas (``server.store_postgres``).
     ``request(group_id, snapshot)`` resolves once that snapshot (or a later one of the group) is
     durable, so a reply awaited after it never depends on state that a crash could lose. The
-    snapshot is a frozen ``GroupSnapshot`` (or its encoded text): the writer encodes only the
-    latest of a group's coalesced snapshots, off the event loop, and no group lock waits for it."""
+    snapshot is a frozen ``GroupSnapshot``: the writer encodes only the latest of a group's
+    coalesced snapshots, off the event loop, and no group lock waits for it."""
 
     async def open(self) -> None: ...
     async def load_all(self) -> list[dict[str, Any]]: ...
     def start(self) -> None: ...
-    def request(self, group_id: str, snapshot: GroupSnapshot | str) -> asyncio.Future: ...
+    def request(self, group_id: str, snapshot: GroupSnapshot) -> asyncio.Future: ...
     def forget(self, group_id: str) -> asyncio.Future: ...
     async def flush(self) -> None: ...
     async def close(self) -> None: ...
@@ -216,8 +216,8 @@ class GroupStore:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._db: aiosqlite.Connection | None = None
-        #: the latest snapshot, or its text (None: delete the group, it expired), and its waiters
-        self._dirty: dict[str, tuple[GroupSnapshot | str | None, list[asyncio.Future]]] = {}
+        #: the latest snapshot (None: delete the group, it expired) and its waiters
+        self._dirty: dict[str, tuple[GroupSnapshot | None, list[asyncio.Future]]] = {}
         self._wake = asyncio.Event()
         self._writer: asyncio.Task | None = None
 
@@ -241,12 +241,12 @@ class GroupStore:
     def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="group-store-writer")
 
-    def request(self, group_id: str, snapshot: GroupSnapshot | str) -> asyncio.Future:
+    def request(self, group_id: str, snapshot: GroupSnapshot) -> asyncio.Future:
         """A future that resolves once ``snapshot`` (a ``Persist`` effect's state) or a later
         snapshot of the group is durable: writes coalesce to the latest, and only what is written
         is encoded."""
         future = asyncio.get_running_loop().create_future()
-        _, waiters = self._dirty.get(group_id, ("", []))
+        _, waiters = self._dirty.get(group_id, (None, []))
         self._dirty[group_id] = (snapshot, [*waiters, future])
         self._wake.set()
         return future
@@ -261,21 +261,19 @@ class GroupStore:
             await self._wake.wait()
             self._wake.clear()
             while self._dirty:
-                group_id, (text, waiters) = next(iter(self._dirty.items()))
+                group_id, (snapshot, waiters) = next(iter(self._dirty.items()))
                 del self._dirty[group_id]
-                await self._write_for(group_id, text, waiters)
+                await self._write_for(group_id, snapshot, waiters)
 
-    async def _write_for(self, group_id: str, text: GroupSnapshot | str | None, waiters: list[asyncio.Future]) -> None:
-        """One write (a deletion when ``text`` is None), its outcome handed to every waiter (an
-        error too: the others go on). A snapshot is encoded here, in a worker thread (a large
-        group's is megabytes)."""
+    async def _write_for(self, group_id: str, snapshot: GroupSnapshot | None, waiters: list[asyncio.Future]) -> None:
+        """One write (a deletion when ``snapshot`` is None), its outcome handed to every waiter
+        (an error too: the others go on). The snapshot is encoded here, in a worker thread (a
+        large group's is megabytes)."""
         try:
-            if isinstance(text, GroupSnapshot):
-                text = await asyncio.to_thread(encode_snapshot, text)
-            if text is None:
+            if snapshot is None:
                 await self._delete(group_id)
             else:
-                await self._put(group_id, text)
+                await self._put(group_id, await asyncio.to_thread(encode_snapshot, snapshot))
         except Exception as error:
             log.error("store.write.failed", group_id=group_id, error=repr(error))
             for waiter in waiters:

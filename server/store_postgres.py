@@ -160,9 +160,9 @@ class PostgresStore(GroupStore):
             self._wake.clear()
             for group_id in [g for g in self._dirty if g not in in_flight]:
                 await slots.acquire()
-                text, waiters = self._dirty.pop(group_id)  # only this loop takes entries out
+                snapshot, waiters = self._dirty.pop(group_id)  # only this loop takes entries out
                 in_flight.add(group_id)
-                task = asyncio.get_running_loop().create_task(self._write_for(group_id, text, waiters))
+                task = asyncio.get_running_loop().create_task(self._write_for(group_id, snapshot, waiters))
                 self._tasks.add(task)
                 task.add_done_callback(lambda t, g=group_id: finished(g, t))
 

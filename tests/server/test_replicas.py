@@ -16,7 +16,6 @@ import pytest
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
 from server.model import NotCoordinator
-from server.store import snapshot_document
 from server.store_postgres import SCHEMA_VERSION, StoreSchemaError, migrate, open_pool
 from tests.server.harness import Worker, rebalance, running_server, settle
 
@@ -132,7 +131,7 @@ async def test_a_paused_owner_is_fenced_after_a_takeover(tmp_path, postgres_dsn)
             before = row(postgres_dsn, "SELECT snapshot, epoch FROM groups WHERE group_id = 'app'")
             # r1 wakes up and writes with its old epoch: PostgreSQL refuses it, r1 lets the group go.
             with pytest.raises(NotCoordinator):
-                stale = json.dumps(snapshot_document(first.server.coordinator.groups["app"].snapshot()))
+                stale = first.server.coordinator.groups["app"].snapshot()
                 await first.server.coordinator.store.request("app", stale)
             await ownership.lost("app")
             assert row(postgres_dsn, "SELECT snapshot, epoch FROM groups WHERE group_id = 'app'") == before
@@ -190,7 +189,7 @@ async def test_writes_of_many_groups_overlap_but_each_group_ends_with_its_latest
             for group_id in owned:
                 group = coordinator.groups[group_id]
                 group.last_trigger = f"step-{step}"
-                requested.append(store.request(group_id, json.dumps(snapshot_document(group.snapshot()))))
+                requested.append(store.request(group_id, group.snapshot()))
             await asyncio.sleep(0.001)
         await asyncio.gather(*requested)
         for group_id in owned:
