@@ -405,7 +405,9 @@ def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     """Tree (one standby): exact, and the decoded standbys cost its optimum. Hub: the relaxed
     optimum (a hub unit may land on the active, or twice on one client); with one standby, when
     an exact dealing of the hub units exists, the decoded standbys cost that optimum, which is
-    then the exact one. Without one (``solve`` answers None), the target falls back to the next
+    then the exact one. When some subtopology has none, the hub solves again with trees for
+    those subtopologies, and its standbys, if it deals them all then, cost the exact optimum.
+    Without a dealing then either (``solve`` answers None), the target falls back to the next
     formulation its choice names; when that is every arc (small groups), its decoded standbys
     must cost the exact optimum too. Several standbys: the pooled hub, the relaxed optimum."""
     specs, clients = group
@@ -429,9 +431,15 @@ def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
         for task in inst.stateful:
             assert len(set(result[task])) == per_task and actives[task] not in result[task], (formulation, task)
         if per_task == 1 and fallback is None:
-            event(f"{formulation.name}: decoded cost checked")
-            assert standby_cost(inst, actives, result, per_task) == optimum, formulation
-            assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed=False), formulation
+            exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
+            assert standby_cost(inst, actives, result, per_task) == exact, formulation
+            first_round = formulation.decoded(formulation.solve_flow(group_index, ranking, costs, actives, per_task,
+                                                                     None))
+            if first_round is not None:
+                event(f"{formulation.name}: decoded cost checked in one round")
+                assert standby_cost(inst, actives, first_round, per_task) == optimum == exact, formulation
+            else:
+                event(f"{formulation.name}: decoded cost checked with trees where the hubs had no dealing")
         elif fallback is target.EVERY_ARC:
             event(f"{formulation.name} -> every_arc: decoded cost checked")
             exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
