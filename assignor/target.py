@@ -78,10 +78,6 @@ EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use e
 # Tasks per (subtopology key, previous owner) from which a capped flow puts tasks of the same
 # further special clients in one uniform class (``_TaskClasses``, ``_tasks_alike``).
 UNIFORM_CLASS_MIN = 3
-# How many times the hub formulation solves again with trees for its undealt subtopologies
-# (``_Hub``), while they are at most this share of all, before the choice's next formulation
-TREE_ROUNDS = 8
-TREE_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +193,8 @@ class _SubtopologyHubs:
         self._caps = {key: -(-(counts[key] * thread_counts) // capacity) for key in sorted(counts)}
         self.hub = {key: graph.node() for key in sorted(counts)}
         self._node: dict = {key: {} for key in self.hub}
+        self._detached: dict = defaultdict(set)  # per key, the clients whose node the hub does not feed
+        self._reached: set[str] = set()  # the clients some direct arc reaches (``node``)
         self._entries: dict = {}
         self._by_size = own_arcs is None
         self._layer_when_small = layer_when_small
@@ -208,13 +206,23 @@ class _SubtopologyHubs:
         self._funnelled_units: dict = {}
 
     def node(self, key, client: str) -> int:
+        self._reached.add(client)
+        return self._pair(key, client)
+
+    def nodes(self, key) -> list[int]:
+        return [self.node(key, client) for client in self._clients]
+
+    def detached_node(self, key, client: str) -> int:
+        """The (key, client) node, counting the key's replicas there against the cap, which the
+        hub does not reach: only the caller's arcs feed it (``_StandbyFlow.plant_trees``)."""
+        self._detached[key].add(client)
+        return self._pair(key, client)
+
+    def _pair(self, key, client: str) -> int:
         nodes = self._node[key]
         if client not in nodes:
             nodes[client] = self._graph.node()
         return nodes[client]
-
-    def nodes(self, key) -> list[int]:
-        return [self.node(key, client) for client in self._clients]
 
     def close(self) -> None:
         graph = self._graph
@@ -224,8 +232,7 @@ class _SubtopologyHubs:
             # the hubs' units go: funnelled, their demand concentrates on few clients and the
             # split fails, so they keep arcs of their own from the first round. Not when they are
             # most of the group (a fresh one), whose funnel splits evenly.
-            reached = set().union(*self._node.values())
-            idle = [client for client in self._clients if client not in reached]
+            idle = [client for client in self._clients if client not in self._reached]
             if self._layer_when_small and 2 * len(self.hub) * len(self._clients) <= 1.5 * graph.arc_count:
                 # The layer would add at most 1.5 times the arcs that direct arcs already make (a
                 # settled group losing members, where the funnels' split often fails and costs a
@@ -243,9 +250,13 @@ class _SubtopologyHubs:
             inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
             inner_nodes = np.array(list(nodes.values()), dtype=np.int64)
             outer = np.setdiff1d(everyone, inner) if len(inner) else everyone
-            via_node = graph.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
             graph.arcs(inner_nodes, heads[inner], caps[inner], 0)
             graph.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            detached = self._detached.get(key)
+            if detached:
+                fed = np.array([client not in detached for client in nodes], dtype=bool)
+                inner, inner_nodes = inner[fed], inner_nodes[fed]
+            via_node = graph.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
             funnelled = outer[self._funnelled[outer]]
             outer = outer[~self._funnelled[outer]]
             free = graph.arcs(hub, heads[outer], caps[outer], 0)
@@ -1151,8 +1162,8 @@ class _StandbyFlow:
         self.hubs = self._hubs(replica_nodes, own_arcs)
         self.position = {client: index for index, client in enumerate(clients)}
         self.classes = _TaskClasses(units=per_task)
-        self.trees: dict[int, _AllButOneHub] = {}  # per subtopology that has one (``plant_trees``)
-        self.undealt: list[int] = []  # the subtopologies whose hub units ``standbys`` could not deal
+        self.trees: dict[int, _AllButOneHub] = {}  # the tree formulation's, per subtopology (``plant_trees``)
+        self.tree_leaf: dict[int, dict[str, int]] = {}  # per subtopology, its tree's leaf of each active client
         self.every_arc: tuple = ()  # the every-arc formulation's arcs and their (task, client) cells
 
     def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None):
@@ -1179,16 +1190,30 @@ class _StandbyFlow:
             ways.append((task, task.subtopology, costs.no_state_arc(ranking, task), special, owner))
         return hub_only, ways
 
-    def plant_trees(self, keys: Iterable[int]) -> None:
-        """A segment tree (``_AllButOneHub``) for each of these subtopologies, over a node per
-        client: its tasks' standbys then reach every client but their active (``entry``)."""
-        self.trees = {key: _AllButOneHub(self.graph, self.hubs.nodes(key)) for key in sorted(keys)}
+    def plant_trees(self) -> None:
+        """Per subtopology, a segment tree (``_AllButOneHub``) over the clients running its
+        tasks' actives, which the hub no longer reaches, and whose entries reach the hub too: a
+        task's standby then reaches every client but its active (``entry``).
+
+        No other client is any task's active: the hub serves them all. The tree grows with the
+        subtopology's tasks, not with the clients: 300 subtopologies of 53 stateful tasks on
+        1,000 clients made 1.4 million arcs and took 4 s with a tree over every client, 230,000
+        and 0.5 s so."""
+        clients, position = self.group.clients, self.position
+        running: dict[int, set[int]] = defaultdict(set)
+        for task in self.group.stateful:
+            running[task.subtopology].add(position[self.actives[task]])
+        for key in sorted(self.counts):
+            members = [clients[index] for index in sorted(running[key])]
+            self.tree_leaf[key] = {client: leaf for leaf, client in enumerate(members)}
+            self.trees[key] = _AllButOneHub(self.graph, [self.hubs.detached_node(key, client) for client in members],
+                                            rest=self.hubs.hub[key])
 
     def entry(self, key: int, active: str) -> int:
         """Where a task of subtopology ``key`` whose active is ``active`` enters the clients
         without its state: its subtopology's tree, if planted, else its hub."""
         tree = self.trees.get(key)
-        return self.hubs.hub[key] if tree is None else tree.entry(self.position[active])
+        return self.hubs.hub[key] if tree is None else tree.entry(self.tree_leaf[key][active])
 
     def add_classes(self, entry: Callable[[int, str], int]) -> None:
         """Every stateful task into its class; ``entry(subtopology, active)`` is the node through
@@ -1220,14 +1245,11 @@ class _StandbyFlow:
         for holders in chosen.values():
             for client in holders:
                 load[client] += 1
-        self.undealt = []
         for key in sorted(hub_units):
             units = self.hubs.units(graph, key)
             hub_tasks = [(task, short.get(task, self.per_task)) for task in hub_units[key]]
             if not self.deal(formulation, key, hub_tasks, units, chosen, load, repair=True):
-                self.undealt.append(key)
-        if self.undealt:
-            return None
+                return None
         return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
 
     def deal(self, formulation: StandbyFormulation, key: int, hub_tasks: list[tuple[TaskId, int]],
@@ -1337,25 +1359,15 @@ class StandbyFormulation:
     def solve(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
               per_task: int, own_arcs: frozenset[str] | None = None) -> dict[TaskId, tuple[str, ...]] | None:
         """``own_arcs``: as for ``active_target``."""
-        return self.decoded(self.solve_flow(group, ranking, costs, actives, per_task, own_arcs))
-
-    def solve_flow(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
-                   per_task: int, own_arcs: frozenset[str] | None, trees: Iterable[int] = ()) -> _StandbyFlow:
-        """The formulation's flow, solved (the funnels' rounds included), with segment trees for
-        the subtopologies ``trees`` (``_StandbyFlow.plant_trees``)."""
         while True:
             flow = _StandbyFlow(group, ranking, costs, actives, per_task, own_arcs)
-            flow.plant_trees(trees)
             self.build(flow)
             flow.solve()
             fed = flow.hubs.realize(flow.graph)
             if not fed:
-                return flow
+                break
             own_arcs = flow.hubs.next_round(fed)
-
-    def decoded(self, flow: _StandbyFlow) -> dict[TaskId, tuple[str, ...]] | None:
-        """The solved flow's standbys (``_StandbyFlow.standbys``)."""
-        chosen: dict[TaskId, list[str]] = {task: [] for task in flow.group.stateful}
+        chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
         self.decode(flow, chosen)
         return flow.standbys(self, chosen)
 
@@ -1379,35 +1391,12 @@ class StandbyFormulation:
 class _Hub(StandbyFormulation):
     """One standby per task. Clients without state are reached through one hub per subtopology;
     the units each client receives are dealt to tasks away from each task's active, greedily
-    when that keeps the flow's counts, else by a small exact flow (``_deal_hub_units``).
-
-    No such dealing exists when one client runs most of a subtopology's hub tasks. The flow is
-    then solved again with a segment tree (as ``TREE``) for those subtopologies only: the hubs
-    left are still a relaxation, so when all their units are dealt the result is the exact
-    optimum. Trees everywhere (``TREE``) cost a node per (subtopology, client): 1.4 million
-    arcs and 5 s at 300 subtopologies on 1,000 clients (a settled group that lost 1% of its
-    members), where 9 subtopologies needed one. The new flow may put another subtopology's
-    units on its actives: up to ``TREE_ROUNDS`` such rounds (that group took 5, of 0.1-0.2 s
-    each), while trees stay on at most ``TREE_SHARE`` of the subtopologies; ``solve`` returns
-    None beyond."""
+    when that keeps the flow's counts, else by a small exact flow (``_deal_hub_units``). No
+    such dealing exists when one client runs most of a subtopology: ``solve`` returns None."""
 
     name = "hub"
 
-    def solve(self, group, ranking, costs, actives, per_task, own_arcs=None):
-        trees: frozenset[int] = frozenset()
-        for _ in range(1 + TREE_ROUNDS):
-            flow = self.solve_flow(group, ranking, costs, actives, per_task, own_arcs, trees)
-            standbys = self.decoded(flow)
-            if standbys is not None:
-                return standbys
-            trees |= frozenset(flow.undealt)
-            if TREE_SHARE * len(flow.counts) < len(trees):
-                break
-        return None
-
     def deal(self, flow, key, hub_tasks, units, chosen, load):
-        if key in flow.trees:
-            return TREE.deal(flow, key, hub_tasks, units, chosen, load)
         if _deal_greedily(hub_tasks, units, flow.group, load, flow.ranking, chosen, flow.actives):
             return []
         bucket_units: dict[int, int] = defaultdict(int)
@@ -1420,17 +1409,32 @@ class _Hub(StandbyFormulation):
 
 class _Tree(StandbyFormulation):
     """One standby per task. Each task enters a segment tree of its subtopology at the point
-    that excludes its active (``_AllButOneHub``): exact, at O(log n) arcs per active client,
-    and a node per (subtopology, client)."""
+    that excludes its active (``_StandbyFlow.plant_trees``): exact, at O(log n) arcs per
+    active client. A task's units reach the tree's clients (the subtopology's actives) or,
+    through the hub, any other client, where no task of the subtopology has its active: the
+    hub's units are one pool for all of them."""
 
     name = "tree"
 
     def build(self, flow):
-        flow.plant_trees(flow.counts)
+        flow.plant_trees()
         super().build(flow)
 
     def deal(self, flow, key, hub_tasks, units, chosen, load):
-        return flow.by_active(hub_tasks, flow.trees[key].decode(flow.graph))
+        tree, members = flow.trees[key], list(flow.tree_leaf[key])
+        by_tree = tree.decode(flow.graph)
+        buckets: dict[str, list[tuple[TaskId, int]]] = defaultdict(list)
+        for task, amount in hub_tasks:
+            buckets[flow.actives[task]].append((task, amount))
+        pools: list[Pool] = []
+        through_hub: list[tuple[TaskId, int]] = []
+        for active, tasks in sorted(buckets.items()):
+            reached = {members[leaf]: n for leaf, n in by_tree.get(flow.tree_leaf[key][active], {}).items()}
+            in_tree = sum(reached.values())  # one unit per task: one standby each
+            pools.append((tasks[:in_tree], reached))
+            through_hub.extend(tasks[in_tree:])
+        pools.append((through_hub, units))
+        return pools
 
 
 class _PooledHub(StandbyFormulation):
@@ -1484,11 +1488,10 @@ def standby_formulations(group: Group, per_task: int, exact_arcs: int = EXACT_ST
     """The formulations ``standby_target`` tries, in order, and why.
 
     One standby per task: the hub first, the smallest graph (it grows with reported state, not
-    with tasks x clients) and exact whenever its units can be dealt, with segment trees for the
-    subtopologies where they cannot (one client runs most of their hub tasks); when even
-    that leaves some undealt, an exact formulation: every arc while the group is small
-    (stateful tasks x clients <= ``exact_arcs``), otherwise a segment tree for every
-    subtopology. Two or more
+    with tasks x clients) and exact whenever its units can be dealt; when they cannot (one
+    client runs most of a subtopology's hub tasks), an exact formulation: every arc while the
+    group is small (stateful tasks x clients <= ``exact_arcs``), otherwise the segment trees
+    (over each subtopology's actives, the hub serving the other clients). Two or more
     standbys: the hubs cannot keep one task's standbys apart, so every arc while the group is
     small, and above that size the pooled hub with its swap repair, the one inexact case.
     """
@@ -1659,10 +1662,12 @@ class _AllButOneHub:
     A segment tree over the clients (in order): each entry point, one per excluded client,
     has arcs to the O(log n) tree nodes covering everyone else. A task enters at the entry
     of its active client, so the flow itself never puts its standby there, at O(log n) arcs
-    per (subtopology, active client) rather than O(n).
+    per (subtopology, active client) rather than O(n). With ``rest``, every entry also
+    reaches that node: the clients outside the tree, none of them excluded.
     """
 
-    def __init__(self, graph: FlowGraph, leaves: Sequence[int]) -> None:
+    def __init__(self, graph: FlowGraph, leaves: Sequence[int], rest: int | None = None) -> None:
+        self._rest = rest  # a node every entry reaches too (the clients outside the tree)
         self._count = len(leaves)
         size = 1
         while size < self._count:
@@ -1703,6 +1708,8 @@ class _AllButOneHub:
             node = self._graph.node()
             covered = self._cover(0, excluded) + self._cover(excluded + 1, self._count)
             arcs = [(tree, self._graph.arc(node, self._node[tree], BIG_CAPACITY, 0)) for tree in covered]
+            if self._rest is not None:
+                self._graph.arc(node, self._rest, BIG_CAPACITY, 0)
             self._entries[excluded] = (node, arcs)
         return self._entries[excluded][0]
 

@@ -405,9 +405,7 @@ def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     """Tree (one standby): exact, and the decoded standbys cost its optimum. Hub: the relaxed
     optimum (a hub unit may land on the active, or twice on one client); with one standby, when
     an exact dealing of the hub units exists, the decoded standbys cost that optimum, which is
-    then the exact one. When some subtopology has none, the hub solves again with trees for
-    those subtopologies, and its standbys, if it deals them all then, cost the exact optimum.
-    Without a dealing then either (``solve`` answers None), the target falls back to the next
+    then the exact one. Without one (``solve`` answers None), the target falls back to the next
     formulation its choice names; when that is every arc (small groups), its decoded standbys
     must cost the exact optimum too. Several standbys: the pooled hub, the relaxed optimum."""
     specs, clients = group
@@ -431,15 +429,9 @@ def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
         for task in inst.stateful:
             assert len(set(result[task])) == per_task and actives[task] not in result[task], (formulation, task)
         if per_task == 1 and fallback is None:
-            exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
-            assert standby_cost(inst, actives, result, per_task) == exact, formulation
-            first_round = formulation.decoded(formulation.solve_flow(group_index, ranking, costs, actives, per_task,
-                                                                     None))
-            if first_round is not None:
-                event(f"{formulation.name}: decoded cost checked in one round")
-                assert standby_cost(inst, actives, first_round, per_task) == optimum == exact, formulation
-            else:
-                event(f"{formulation.name}: decoded cost checked with trees where the hubs had no dealing")
+            event(f"{formulation.name}: decoded cost checked")
+            assert standby_cost(inst, actives, result, per_task) == optimum, formulation
+            assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed=False), formulation
         elif fallback is target.EVERY_ARC:
             event(f"{formulation.name} -> every_arc: decoded cost checked")
             exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
@@ -520,6 +512,31 @@ def test_funnelled_active_hubs_reach_the_per_task_optimum(group, lag_aware, gree
     event(f"funnel rounds: {len(rounds)}")
     assert sorted(actives) == sorted(inst.specs)
     assert active_cost(inst, actives) == reference_active_optimum(inst)
+
+
+def test_the_standby_tree_grows_with_the_tasks_not_the_clients():
+    """The tree formulation's trees span the clients running each subtopology's actives; the
+    hub serves every other client. Two subtopologies of 4 tasks on 200 clients: a tree over
+    every client was a node per (subtopology, client), 400 of them and as many tree nodes."""
+    specs = [TaskSpec(id=TaskId(subtopology, partition), stateful=True, changelog_offsets=1_000_000)
+             for subtopology in range(2) for partition in range(4)]
+    clients = [ClientState(id=f"c{index:03d}") for index in range(200)]
+    group_index = Group.of(specs, clients)
+    ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
+    costs = CostModel(lag_aware=True)
+    actives = target.active_target(group_index, ranking, costs)
+    sizes = []
+
+    class Sized(FlowGraph):
+        def solve(self) -> int:
+            sizes.append(self._node_count)
+            return super().solve()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target, "FlowGraph", Sized)
+        standbys = target.TREE.solve(group_index, ranking, costs, actives, 1)
+    assert all(len(holders) == 1 and actives[task] not in holders for task, holders in standbys.items())
+    assert sizes and max(sizes) < 2 * len(clients)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
