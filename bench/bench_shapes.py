@@ -5,12 +5,19 @@
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --full   # every combination
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --large                 # 5,000 x 100,000
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --rack   # rack-aware rows only
+    PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --settled   # groups our assignor settled
 
 Groups come from ``bench.workloads.settled_then_joined``: a settled group (round-robin actives,
 caught up; standbys on the next clients, 30% lagging), then ``scale-out`` (10% of the clients are
 new), ``scale-in`` (10% left) or ``fresh`` (nobody ran anything). With racks, clients sit in 3
 racks in turn and every task reads one partition with replicas in two of them. The issue's shape
 is 200 subtopologies of 100 partitions, scale-out, 1 standby.
+
+``--settled`` rows start instead from a group this checkout's assignor settled
+(``bench.workloads.settled_by_assignor``: the layout a group running remote-leader has, which
+the round robin above is not), of which 10% are new (scale-out) or 10%, 2% or 1% left at random
+(scale-in; the scenario column shows the share). Each group is written to a scenario file
+once, and every assignor is timed on that file.
 
 Columns: ``s`` is the median of ``--repeat`` calls of ``assign``, each in a fresh process
 (imports, building the domain objects and a warm-up call excluded), range in brackets; ``RSS
@@ -61,6 +68,14 @@ FULL_ROWS = [
         ((1000, 0, "none"), (500, 3, "balance_subtopology"), (500, 3, "min_traffic")))
 ]
 LARGE_ROWS = [("assign", "scale-out", s, 5000, 100_000, 1, 0, "none") for s in (1, 200, 500)]
+# (..., share): groups settled by this checkout's assignor, then that share new or gone
+SETTLED_ROWS = [
+    *(("assign", scenario, s, 1000, 20_000, 1, 0, "none", share)
+      for scenario, share in (("scale-out", 0.1), ("scale-in", 0.1), ("scale-in", 0.01))
+      for s in (1, 10, 20, 50, 200, 300, 500)),
+    *(("assign", "scale-in", s, 500, 20_000, 1, 3, "balance_subtopology", share) for share in (0.01, 0.02)
+      for s in (50, 300)),
+]
 
 
 def _group(scenario: str, subtopologies: int, clients: int, tasks: int, standbys: int, racks: int):
@@ -99,12 +114,41 @@ def time_assign(row: list, repeat: int) -> dict:
     }
 
 
+def time_assign_file(path: str, repeat: int) -> dict:
+    """In a fresh process: ``repeat`` calls of ``assign`` on the scenario file's group."""
+    from assignor import assign
+    from assignor.scenario import parse_problem_text
+
+    with open(path, encoding="utf-8") as handle:
+        problem = parse_problem_text(handle.read())
+    specs, members, config = list(problem.tasks), list(problem.clients), problem.config
+    assign(specs[:20], members[:3], config)  # warm the imports and the solver
+    times, cpu = [], []
+    for _ in range(repeat):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        result = assign(specs, members, config)
+        times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+    return {
+        "seconds": statistics.median(times), "range": [min(times), max(times)], "cpu": statistics.median(cpu),
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "warmups": sum(len(a.warmup) for a in result.clients.values()),
+        "probing": result.probing_rebalance_needed,
+        "cross_rack": result.rack_awareness.cross_rack_after,
+    }
+
+
 def write_scenario(row: list, path: str) -> None:
     from assignor.model import AssignmentProblem
     from assignor.scenario import problem_to_document
+    from bench.workloads import settled_by_assignor
 
-    _, scenario, subtopologies, clients, tasks, standbys, racks, strategy = row
-    specs, members = _group(scenario, subtopologies, clients, tasks, standbys, racks)
+    _, scenario, subtopologies, clients, tasks, standbys, racks, strategy, *share = row
+    if share:
+        specs, members = settled_by_assignor(clients, tasks, standbys, scenario=scenario, changed_share=share[0],
+                                             subtopologies=subtopologies, racks=racks)
+    else:
+        specs, members = _group(scenario, subtopologies, clients, tasks, standbys, racks)
     problem = AssignmentProblem(tuple(specs), tuple(members), _config(standbys, strategy))
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(problem_to_document(problem), handle)
@@ -127,6 +171,8 @@ def time_cli(path: str, assignor_root: str, repeat: int) -> dict:
 def measure(row: list, root: str, repeat: int, scenario_file: str) -> dict:
     if row[0] == "cli":
         return time_cli(scenario_file, root, repeat)
+    if len(row) > 8:  # a settled row: its group is in the file
+        return run_row(__file__, [scenario_file, repeat], root, flag="--file-row")
     return run_row(__file__, [row, repeat], root)
 
 
@@ -153,13 +199,20 @@ def main() -> int:
     parser.add_argument("--full", action="store_true", help="every scenario x subtopologies x standbys x racks")
     parser.add_argument("--large", action="store_true", help="only the 5,000 clients x 100,000 tasks rows")
     parser.add_argument("--rack", action="store_true", help="only the rack-aware rows (of the default or --full set)")
+    parser.add_argument("--settled", action="store_true",
+                        help="only the rows of groups this checkout's assignor settled (scale-out, scale-in)")
     parser.add_argument("--row", help=argparse.SUPPRESS)
+    parser.add_argument("--file-row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
         row, repeat = json.loads(args.row)
         print(json.dumps(time_assign(row, repeat)))
         return 0
-    rows = LARGE_ROWS if args.large else FULL_ROWS if args.full else DEFAULT_ROWS
+    if args.file_row:
+        path, repeat = json.loads(args.file_row)
+        print(json.dumps(time_assign_file(path, repeat)))
+        return 0
+    rows = LARGE_ROWS if args.large else SETTLED_ROWS if args.settled else FULL_ROWS if args.full else DEFAULT_ROWS
     if args.rack:
         rows = [row for row in rows if row[7] != "none"]
     header = ["kind", "scenario", "subtopologies", "clients x tasks (standbys, racks)", "strategy", "s", "CPU s",
@@ -170,10 +223,12 @@ def main() -> int:
     print(" | ".join("---" for _ in header))
     with assignor_roots(args.baseline) as roots, tempfile.TemporaryDirectory() as scratch:
         for row in rows:
-            kind, scenario, subtopologies, clients, tasks, standbys, racks, strategy = row
+            kind, scenario, subtopologies, clients, tasks, standbys, racks, strategy, *share = row
             scenario_file = str(Path(scratch) / "scenario.json")
-            if kind == "cli":
+            if kind == "cli" or share:
                 write_scenario(list(row), scenario_file)
+            if share:
+                scenario = f"{scenario} {share[0]:.0%}"
             results = interleaved(list(row), roots, args.repeat, scenario_file)
             mine = results[THIS]
             cells = [kind, scenario, str(subtopologies), f"{clients:,} x {tasks:,} ({standbys}, {racks})", strategy,

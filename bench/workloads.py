@@ -95,3 +95,44 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
         for index, c in enumerate(ids)
     ]
     return specs, clients
+
+
+def settled_by_assignor(client_count: int, task_count: int, standbys: int, *, scenario: str,
+                        changed_share: float = 0.1, lagging_standby_share: float = 0.3, seed: int = 1,
+                        subtopologies: int = 10, racks: int = 0) -> tuple[list[TaskSpec], list[ClientState]]:
+    """As ``settled_then_joined``, but the group was settled by this checkout's assignor (one
+    fresh assignment, every replica then caught up but ``lagging_standby_share`` of the
+    standbys), not laid out round robin: the layout a group running remote-leader has. Then
+    ``changed_share`` of the members left at random (``scale-in``) or are new (``scale-out``).
+
+    Not a pure function of the assignor under test: write the group to a file once and time
+    every assignor on that (``bench/bench_shapes.py --settled``)."""
+    if scenario not in ("scale-out", "scale-in"):
+        raise ValueError(f"scenario: expected scale-out or scale-in, got {scenario!r}")
+    from assignor import assign
+    from assignor.model import AssignmentConfig
+
+    rng = random.Random(seed)
+    specs = tasks_of(task_count, subtopologies=subtopologies, racks=racks, seed=seed)
+    stateful = {spec.id for spec in specs if spec.stateful}
+    changed = round(client_count * changed_share)
+    old = client_count + changed if scenario == "scale-in" else client_count - changed
+    rack_names = [f"r{i}" for i in range(racks)]
+    ids = [f"c{index:05d}" for index in range(old)]
+    rack = {c: rack_names[index % racks] if racks else None for index, c in enumerate(ids)}
+    result = assign(specs, [ClientState(id=c, rack=rack[c]) for c in ids],
+                    AssignmentConfig(num_standby_replicas=standbys))
+    members = []
+    for c in ids:
+        replicas = result.clients[c]
+        lags = {task: LATEST for task in sorted(replicas.active) if task in stateful}
+        for task in sorted(replicas.standby):
+            lagging = rng.random() < lagging_standby_share
+            lags[task] = rng.randint(20_000, 200_000) if lagging else rng.randint(0, 5_000)
+        members.append(ClientState(id=c, rack=rack[c], prev_active=frozenset(replicas.active),
+                                   prev_standby=frozenset(replicas.standby), lags=MappingProxyType(lags)))
+    if scenario == "scale-in":
+        gone = set(rng.sample(range(old), changed))
+        return specs, [member for index, member in enumerate(members) if index not in gone]
+    return specs, members + [ClientState(id=f"n{index:05d}", rack=rack_names[index % racks] if racks else None)
+                             for index in range(changed)]
