@@ -93,35 +93,23 @@ def _config(standbys: int, strategy: str):
 
 def time_assign(row: list, repeat: int) -> dict:
     """In a fresh process: ``repeat`` calls of ``assign`` on the row's group."""
-    from assignor import assign
-
     _, scenario, subtopologies, clients, tasks, standbys, racks, strategy = row
     specs, members = _group(scenario, subtopologies, clients, tasks, standbys, racks)
-    config = _config(standbys, strategy)
-    assign(specs[:20], members[:3], config)  # warm the imports and the solver
-    times, cpu = [], []
-    for _ in range(repeat):
-        started, started_cpu = time.perf_counter(), time.process_time()
-        result = assign(specs, members, config)
-        times.append(time.perf_counter() - started)
-        cpu.append(time.process_time() - started_cpu)
-    return {
-        "seconds": statistics.median(times), "range": [min(times), max(times)], "cpu": statistics.median(cpu),
-        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "warmups": sum(len(a.warmup) for a in result.clients.values()),
-        "probing": result.probing_rebalance_needed,
-        "cross_rack": result.rack_awareness.cross_rack_after,
-    }
+    return _timed_calls(specs, members, _config(standbys, strategy), repeat)
 
 
 def time_assign_file(path: str, repeat: int) -> dict:
     """In a fresh process: ``repeat`` calls of ``assign`` on the scenario file's group."""
-    from assignor import assign
     from assignor.scenario import parse_problem_text
 
     with open(path, encoding="utf-8") as handle:
         problem = parse_problem_text(handle.read())
-    specs, members, config = list(problem.tasks), list(problem.clients), problem.config
+    return _timed_calls(list(problem.tasks), list(problem.clients), problem.config, repeat)
+
+
+def _timed_calls(specs: list, members: list, config, repeat: int) -> dict:
+    from assignor import assign
+
     assign(specs[:20], members[:3], config)  # warm the imports and the solver
     times, cpu = [], []
     for _ in range(repeat):
