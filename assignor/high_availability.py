@@ -290,6 +290,8 @@ def settled_assignment(group: Group, ranking: Ranking | None, config: Assignment
             replica_counts[owner] += 1
             if ranking is not None and ranking.rank(task, owner) != 0:
                 return None
+    if not is_balanced(active_counts, group.threads, config.balance_factor):
+        return None  # first: the cheap test a scale-out fails (its new members hold nothing)
     for client in group.clients:
         for task in group.states[client].prev_standby:
             spec = group.specs.get(task)
@@ -305,8 +307,6 @@ def settled_assignment(group: Group, ranking: Ranking | None, config: Assignment
             return None  # property 2: a lagging standby yields to a caught-up client that is free
     claims = sum(len(group.states[c].prev_active & group.specs.keys()) for c in group.clients)
     if claims != len(owners):
-        return None
-    if not is_balanced(active_counts, group.threads, config.balance_factor):
         return None
     if len(set(group.threads.values())) == 1 and not is_balanced(replica_counts, group.threads, config.balance_factor):
         return None
