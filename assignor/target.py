@@ -207,7 +207,10 @@ class _SubtopologyHubs:
 
     def node(self, key, client: str) -> int:
         self._reached.add(client)
-        return self._pair(key, client)
+        nodes = self._node[key]
+        if client not in nodes:
+            nodes[client] = self._graph.node()
+        return nodes[client]
 
     def nodes(self, key) -> list[int]:
         return [self.node(key, client) for client in self._clients]
@@ -216,9 +219,6 @@ class _SubtopologyHubs:
         """The (key, client) node, counting the key's replicas there against the cap, which the
         hub does not reach: only the caller's arcs feed it (``_StandbyFlow.plant_trees``)."""
         self._detached[key].add(client)
-        return self._pair(key, client)
-
-    def _pair(self, key, client: str) -> int:
         nodes = self._node[key]
         if client not in nodes:
             nodes[client] = self._graph.node()
