@@ -12,6 +12,7 @@ priced here too: it must cost exactly that optimum (the decomposition loses noth
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 from collections import defaultdict
 from types import MappingProxyType
@@ -700,8 +701,6 @@ def test_relaxed_targets_ignore_the_order_of_the_input(group, seed):
 def test_least_excess_split_has_the_fewest_units_above_the_caps(cells, supply):
     """``split_least_excess`` against brute force: any plan meeting every sum, with the fewest
     units above the cells' caps; None when the cells cannot carry the sums at all."""
-    import itertools
-
     cells = sorted({(r, c): cap for r, c, cap in cells}.items())
     rows = np.array([r for (r, _), _ in cells], dtype=np.int64)
     columns = np.array([c for (_, c), _ in cells], dtype=np.int64)

@@ -10,6 +10,7 @@ import json
 import threading
 
 import assignor
+import server.store
 from assignor.model import AssignmentConfig, StateStore, TaskId
 from assignor.topology import SourceTopic, Subtopology, Topology
 from server.effects import ComputeAssignment, Persist, ScheduleTimer, TimerKind
@@ -139,8 +140,6 @@ def test_a_persist_carries_the_state_its_handler_left_and_later_changes_do_not_r
 async def test_the_store_encodes_only_the_latest_of_a_groups_coalesced_snapshots(tmp_path, monkeypatch):
     """Three snapshots of one group requested before its writer runs: one write, of the last,
     encoded once (off the event loop), and every request resolves with it."""
-    import server.store
-
     encoded = []
 
     def counting(snapshot):
