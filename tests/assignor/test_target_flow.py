@@ -371,9 +371,15 @@ def _uniform_classes(uniform: bool):
         yield
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), standbys=st.integers(0, 2),
-       uniform=st.booleans())
+def _class_cases(standbys):
+    """The per-task-optimum tests' draws: small groups and groups of many subtopologies, lag
+    aware or not, ``standbys`` per task, uniform classes forced or the default choice."""
+    return lambda test: settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+        given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), standbys=standbys,
+              uniform=st.booleans())(test))
+
+
+@_class_cases(standbys=st.integers(0, 2))
 def test_active_classes_reach_the_per_task_optimum(group, lag_aware, standbys, uniform):
     with _uniform_classes(uniform):
         _active_classes_reach_the_per_task_optimum(group, lag_aware, standbys)
@@ -394,9 +400,7 @@ def _active_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     assert active_cost(inst, actives) == optimum
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), standbys=st.integers(1, 2),
-       uniform=st.booleans())
+@_class_cases(standbys=st.integers(1, 2))
 def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys, uniform):
     with _uniform_classes(uniform):
         _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys)
