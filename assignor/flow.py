@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from ortools.graph.python import max_flow, min_cost_flow
 
+from assignor import warm_start
+
 # (subtopologies x clients) pairs from which a (subtopology, client) layer goes through funnels
 FUNNEL_PAIRS = 20_000
 
@@ -74,7 +76,16 @@ class FlowGraph:
         self._costs.extend(arrays[3].tolist())
         return range(start, len(self._tails))
 
-    def solve(self) -> int:
+    def solve(self, start: tuple[np.ndarray, np.ndarray] | None = None) -> int:
+        """The optimal flow. ``start`` (arcs, units): a partial flow that is likely close to the
+        optimum (every task where it ran), completed by shortest paths when that is cheaper
+        (``assignor.warm_start``); the optimum is the same either way."""
+        if start is not None and self._tails:
+            flows = self._completed(*start)
+            if flows is not None:
+                self._flows = flows
+                self.optimal_cost = int(np.dot(flows, np.asarray(self._costs, dtype=np.int64)))
+                return self.optimal_cost
         solver = min_cost_flow.SimpleMinCostFlow()
         if self._tails:
             solver.add_arcs_with_capacity_and_unit_cost(
@@ -93,6 +104,17 @@ class FlowGraph:
         self._flows = solver.flows(np.arange(len(self._tails), dtype=np.int32)) if self._tails else np.zeros(0)
         self.optimal_cost = int(solver.optimal_cost())
         return self.optimal_cost
+
+    def _completed(self, arcs: np.ndarray, units: np.ndarray) -> np.ndarray | None:
+        supplies = np.zeros(self._node_count, dtype=np.int64)
+        if self._supplies:
+            np.add.at(supplies, np.fromiter(self._supplies.keys(), dtype=np.int64),
+                      np.fromiter(self._supplies.values(), dtype=np.int64))
+        return warm_start.complete(self._node_count, np.asarray(self._tails, dtype=np.int64),
+                                   np.asarray(self._heads, dtype=np.int64),
+                                   np.asarray(self._capacities, dtype=np.int64),
+                                   np.asarray(self._costs, dtype=np.int64), supplies,
+                                   np.asarray(arcs, dtype=np.int64), np.asarray(units, dtype=np.int64))
 
     def flow(self, arc: int) -> int:
         if self._flows is None:

@@ -41,6 +41,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from assignor import warm_start
 from assignor.balance import quotas
 from assignor.flow import (
     FUNNEL_PAIRS,
@@ -439,7 +440,7 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
     prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
     hub_only, ways = _active_ways(group, ranking, costs, prone)
     if relaxed is None:
-        relaxed = own_arcs is None and _relaxation_pays(group, hub_only, ways)
+        relaxed = own_arcs is None and not _stays_mostly(group) and _relaxation_pays(group, hub_only, ways)
     if relaxed:
         target = _relaxed_active_target(group, hub_only, ways)
         if target is not None:
@@ -537,7 +538,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
-    graph.solve()
+    graph.solve(classes.staying(group.prev_active_owner) if _stays_mostly(group) else None)
     fed = hubs.realize(graph)
     if fed:
         return None, fed, hubs
@@ -552,6 +553,23 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
         for task, client in zip(tasks, round_robin(units, clients), strict=True):
             target[task] = client
     return target, frozenset(), hubs
+
+
+def _stays_mostly(group: Group) -> bool:
+    """Whether the active flow starts from every task on its previous owner (``FlowGraph.solve``,
+    ``assignor.warm_start``): when few tasks lack an owner (a member or a few left) and no
+    client holds more than its new ceilings, that flow is the optimum but for a few augmenting
+    paths. A client above a ceiling must shed tasks: the start is then no optimum at all."""
+    if len(group.specs) - len(group.prev_active_owner) > warm_start.MAX_PATHS:
+        return False
+    total = quotas(len(group.specs), group.threads)
+    stateful = quotas(len(group.stateful), group.threads)
+    held: dict[str, int] = defaultdict(int)
+    held_stateful: dict[str, int] = defaultdict(int)
+    for task, owner in group.prev_active_owner.items():
+        held[owner] += 1
+        held_stateful[owner] += group.specs[task].stateful
+    return all(held[c] <= total[c].ceiling and held_stateful[c] <= stateful[c].ceiling for c in group.clients)
 
 
 # (subtopology keys x clients) from which the relaxed flows are tried first, when each client's
@@ -838,6 +856,28 @@ class _TaskClasses:
                 add((node, hubs.node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
         tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
+
+    def staying(self, origin: Mapping[TaskId, str]) -> tuple[list[int], list[int]]:
+        """The flow where every task stays on its ``origin`` client, on the class arcs: (arcs,
+        units), the start of ``FlowGraph.solve``."""
+        arcs: list[int] = []
+        units: list[int] = []
+        first = self._arcs.start
+        for members in self._classes.values():
+            arc = first + members.start + 1
+            if members.anchor is not None:  # every task of an anchored class has it as origin
+                arcs.append(arc)
+                units.append(len(members.tasks))
+                arc += 1
+            extras = members.extras
+            for start, stop in _runs(extras):
+                client = extras[start]
+                staying = sum(origin.get(task) == client for task in extras[start + 2:stop:3])
+                if staying:
+                    arcs.append(arc)
+                    units.append(staying)
+                arc += 1
+        return arcs, units
 
     def decode(self, graph: FlowGraph) -> tuple[list[TaskId], list[str], dict, dict[TaskId, int]]:
         """One decomposition of the solved flow, deterministic: the direct placements (tasks and

@@ -345,8 +345,8 @@ class _Recording(FlowGraph):
 
     optima: list[int] = []
 
-    def solve(self) -> int:
-        cost = super().solve()
+    def solve(self, start=None) -> int:
+        cost = super().solve(start)
         _Recording.optima.append(cost)
         return cost
 
