@@ -15,7 +15,7 @@ is 200 subtopologies of 100 partitions, scale-out, 1 standby.
 
 ``--settled`` rows start instead from a group this checkout's assignor settled
 (``bench.workloads.settled_by_assignor``: the layout a group running remote-leader has, which
-the round robin above is not), of which 10% are new (scale-out) or 10%, 2% or 1% left at random
+the round robin above is not), of which 10% are new (scale-out) or 10%, 2%, 1%, 0.3% or 0.1% left at random
 (scale-in; the scenario column shows the share). Each group is written to a scenario file
 once, and every assignor is timed on that file.
 
@@ -73,6 +73,8 @@ SETTLED_ROWS = [
     *(("assign", scenario, s, 1000, 20_000, 1, 0, "none", share)
       for scenario, share in (("scale-out", 0.1), ("scale-in", 0.1), ("scale-in", 0.01))
       for s in (1, 10, 20, 50, 200, 300, 500)),
+    *(("assign", "scale-in", s, 1000, 20_000, 1, 0, "none", share) for share in (0.001, 0.003)
+      for s in (50, 200, 500)),
     *(("assign", "scale-in", s, 500, 20_000, 1, 3, "balance_subtopology", share) for share in (0.01, 0.02)
       for s in (50, 300)),
 ]
@@ -216,7 +218,7 @@ def main() -> int:
             if kind == "cli" or share:
                 write_scenario(list(row), scenario_file)
             if share:
-                scenario = f"{scenario} {share[0]:.0%}"
+                scenario = f"{scenario} {share[0]:.1%}".replace(".0%", "%")
             results = interleaved(list(row), roots, args.repeat, scenario_file)
             mine = results[THIS]
             cells = [kind, scenario, str(subtopologies), f"{clients:,} x {tasks:,} ({standbys}, {racks})", strategy,

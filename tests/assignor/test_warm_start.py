@@ -1,0 +1,85 @@
+"""assignor.warm_start: completing a partial flow must reach the optimum OR-Tools finds from
+scratch, or give up (None); never a worse or an infeasible flow."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ortools.graph.python import min_cost_flow
+
+from assignor import warm_start
+
+
+def _optimal_cost(node_count, tails, heads, capacities, costs, supplies) -> int:
+    solver = min_cost_flow.SimpleMinCostFlow()
+    solver.add_arcs_with_capacity_and_unit_cost(tails.astype(np.int32), heads.astype(np.int32), capacities, costs)
+    solver.set_nodes_supplies(np.arange(node_count, dtype=np.int32), supplies)
+    assert solver.solve() == solver.OPTIMAL
+    return int(solver.optimal_cost())
+
+
+@st.composite
+def graphs_with_a_start(draw):
+    """Tasks' sources -> clients -> a sink (the assignor's active flow, small), with chains
+    between clients (a task handed on), a costly way out for every source (always feasible),
+    and a start that keeps some units where they were."""
+    sources = draw(st.integers(1, 5))
+    clients = draw(st.integers(1, 6))
+    sink = sources + clients
+    supplies = np.zeros(sink + 1, dtype=np.int64)
+    supplies[:sources] = draw(st.lists(st.integers(1, 4), min_size=sources, max_size=sources))
+    supplies[sink] = -supplies[:sources].sum()
+    arcs = []
+    for source in range(sources):
+        arcs.append((source, sink, int(supplies[source]), 1_000))
+        for client in draw(st.lists(st.integers(0, clients - 1), max_size=clients, unique=True)):
+            arcs.append((source, sources + client, draw(st.integers(1, 4)), draw(st.integers(-20, 20))))
+    for client in range(clients):
+        for _ in range(draw(st.integers(1, 3))):  # balance tiers, cheapest first
+            arcs.append((sources + client, sink, draw(st.integers(1, 3)), draw(st.integers(-10, 30))))
+    for _ in range(draw(st.integers(0, clients))):
+        tail, head = draw(st.integers(0, clients - 1)), draw(st.integers(0, clients - 1))
+        if tail != head:
+            arcs.append((sources + tail, sources + head, draw(st.integers(1, 3)), draw(st.integers(0, 15))))
+    tails, heads, capacities, costs = (np.array(column, dtype=np.int64) for column in zip(*arcs, strict=True))
+    first_hops = [index for index, (tail, head, _, _) in enumerate(arcs) if tail < sources and head != sink]
+    start_arcs = np.array(draw(st.lists(st.sampled_from(first_hops), max_size=6)) if first_hops else [],
+                          dtype=np.int64)
+    start_units = np.ones(len(start_arcs), dtype=np.int64)
+    return sink + 1, tails, heads, capacities, costs, supplies, start_arcs, start_units
+
+
+@settings(max_examples=400, deadline=None)
+@given(graphs_with_a_start())
+def test_a_completed_flow_is_feasible_and_optimal(graph):
+    node_count, tails, heads, capacities, costs, supplies, start_arcs, start_units = graph
+    flows = warm_start.complete(node_count, tails, heads, capacities, costs, supplies, start_arcs, start_units)
+    if flows is None:
+        return
+    assert ((flows >= 0) & (flows <= capacities)).all()
+    balance = np.zeros(node_count, dtype=np.int64)
+    np.add.at(balance, tails, flows)
+    np.add.at(balance, heads, -flows)
+    assert (balance == supplies).all()
+    assert int(np.dot(flows, costs)) == _optimal_cost(node_count, tails, heads, capacities, costs, supplies)
+
+
+def test_an_orphan_takes_the_chain_through_a_caught_up_standby():
+    """Two tasks stay on A; an orphan is cheapest on A (caught up), which is full, so A hands one
+    of its tasks to B: the start plus one augmenting path of three arcs."""
+    # nodes: 0 task x (owner A), 1 task y (owner A), 2 orphan z, 3 A, 4 B, 5 sink
+    tails = np.array([0, 0, 1, 1, 2, 2, 3, 4], dtype=np.int64)
+    heads = np.array([3, 4, 3, 4, 3, 4, 5, 5], dtype=np.int64)
+    capacities = np.array([1, 1, 1, 1, 1, 1, 2, 2], dtype=np.int64)
+    costs = np.array([0, 5, 0, 9, 0, 20, 0, 0], dtype=np.int64)
+    supplies = np.array([1, 1, 1, 0, 0, 0 - 3], dtype=np.int64)
+    flows = warm_start.complete(6, tails, heads, capacities, costs, supplies,
+                                np.array([0, 2], dtype=np.int64), np.array([1, 1], dtype=np.int64))
+    assert flows is not None
+    assert flows.tolist() == [0, 1, 1, 0, 1, 0, 2, 1]  # x moves to B (5), z takes A (0): cost 5
+    assert int(np.dot(flows, costs)) == _optimal_cost(6, tails, heads, capacities, costs, supplies) == 5
+
+
+def test_a_start_beyond_capacity_is_refused():
+    tails, heads = np.array([0], dtype=np.int64), np.array([1], dtype=np.int64)
+    one = np.array([1], dtype=np.int64)
+    assert warm_start.complete(2, tails, heads, one, one * 0, np.array([1, -1]), np.array([0]), np.array([2])) is None
