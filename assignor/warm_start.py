@@ -22,8 +22,6 @@ solves from scratch.
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import dijkstra
 
 # Units left to route above which a from-scratch solve is cheaper than one path per unit
 # (each path is a Dijkstra over the whole residual graph: about 11 ms at 125,000 arcs).
@@ -147,6 +145,11 @@ class _Residual:
     def augment(self, flows: np.ndarray, excess: np.ndarray, potentials: np.ndarray) -> bool:
         """One shortest path from a node with units left to one that lacks them; the potentials
         move by the distances found, so that reduced costs stay non-negative."""
+        # scipy is imported here, not with the module: most assignments never get this far,
+        # and its import (about 0.15 s) would delay every `python -m assignor`.
+        from scipy.sparse import csr_array
+        from scipy.sparse.csgraph import dijkstra
+
         n = self.node_count
         room, reduced = self.reduced(flows, potentials)
         weight = np.where(room > 0, reduced, np.iinfo(np.int64).max)[self.order]
