@@ -588,19 +588,32 @@ def _relaxation_pays(group: Group, hub_only: _HubOnly, ways: list[_Ways]) -> boo
     """Try the relaxed flow first when the capped one is large and the relaxed one much smaller:
     most tasks have a previous owner (a settled group changing) and each owner's tasks span
     several subtopology keys (``SPREAD``: the capped flow has a class per (key, owner), the
-    relaxed one per owner), with few tasks that lost their owner but have state elsewhere (a
-    scale-in: their holders' other tasks are of the same subtopologies, so the relaxed optimum,
-    free to move those, rarely decodes within the caps and would only add a solve)."""
+    relaxed one per owner), and the tasks that lost their owner fit on new members
+    (``_orphans_fit_on_new_members``)."""
     if 2 * len(group.prev_active_owner) <= len(group.specs):
         return False
     keys = {key for _, key, _, _, _ in ways}.union(key for key, _ in hub_only)
     if len(keys) <= SPREAD or len(keys) * len(group.clients) < RELAXED_PAIRS:
         return False
     owned = [(key, owner) for _, key, _, _, owner in ways if owner is not None]
-    orphans = len(ways) - len(owned)
-    if 2 * len(owned) <= len(group.specs) or 20 * orphans >= len(group.specs):
+    if 2 * len(owned) <= len(group.specs) or not _orphans_fit_on_new_members(group):
         return False
     return len(set(owned)) > SPREAD * len({owner for _, owner in owned})
+
+
+def _orphans_fit_on_new_members(group: Group) -> bool:
+    """Whether the tasks that lost their owner fit within the floors of the members that hold
+    nothing yet (new members), where no task of theirs is displaced and no subtopology is
+    crowded. When they do not (a scale-in: every member already holds its share), their homes
+    are chains through caught-up holders whose other tasks are of the same subtopologies; the
+    relaxed optimum, free to move those past the caps, then never decoded within the caps in
+    our sweeps (1% to 10% leaving, with or without new members) and only added a solve."""
+    orphans = len(group.specs) - len(group.prev_active_owner)
+    if not orphans:
+        return True
+    holding = set(group.prev_active_owner.values())
+    total = quotas(len(group.specs), group.threads)
+    return orphans <= sum(total[client].floor for client in group.clients if client not in holding)
 
 
 def _crowding(caps: Mapping, clients: Sequence[str], staying: Iterable[tuple[object, str]]) -> tuple[dict, int]:

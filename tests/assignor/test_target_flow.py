@@ -744,3 +744,23 @@ def test_a_funnel_split_the_greedy_deal_misses_is_found_exactly():
     units, excess = split_least_excess(np.array([1, 1]), demand, np.array([0, 0, 1]), np.array([0, 1, 0]),
                                        np.array([1, 1, 1]))
     assert excess == 0 and units.tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("members", "fit"),
+    [
+        # (previous actives per member: "a" held tasks 0-2, ...; "" a new member), tasks lost
+        pytest.param({"a": 3, "b": 3, "c": 3}, False, id="scale-in: every member at its floor"),
+        pytest.param({"a": 3, "b": 3, "c": 3, "e": 0}, True, id="a new member's floor takes the leaver's 3"),
+        pytest.param({"a": 3, "b": 3, "e": 0}, False, id="6 lost, the new member's floor is 4"),
+        pytest.param({"a": 3, "b": 3, "c": 3, "d": 3}, True, id="nothing lost"),
+    ],
+)
+def test_the_relaxed_active_flow_is_tried_only_when_the_lost_tasks_fit_on_new_members(members, fit):
+    """A group of four members of three tasks each; "d" left (its three tasks lost) unless it
+    is listed, "c" too when it is not."""
+    specs = [TaskSpec(id=TaskId(index % 3, index), stateful=True, changelog_offsets=1_000) for index in range(12)]
+    held = {"a": specs[0:3], "b": specs[3:6], "c": specs[6:9], "d": specs[9:12]}
+    clients = [ClientState(id=member, prev_active=frozenset(spec.id for spec in held[member][:count]) if count else frozenset())
+               for member, count in members.items()]
+    assert target._orphans_fit_on_new_members(Group.of(specs, clients)) is fit
