@@ -9,7 +9,8 @@
 
 Groups come from ``bench.workloads.settled_then_joined``: a settled group (round-robin actives,
 caught up; standbys on the next clients, 30% lagging), then ``scale-out`` (10% of the clients are
-new), ``scale-in`` (10% left) or ``fresh`` (nobody ran anything). With racks, clients sit in 3
+new), ``scale-in`` (10% left), ``replace`` (10% new and 5% of the old ones left in the same
+rebalance) or ``fresh`` (nobody ran anything). With racks, clients sit in 3
 racks in turn and every task reads one partition with replicas in two of them. The issue's shape
 is 200 subtopologies of 100 partitions, scale-out, 1 standby.
 
@@ -58,6 +59,7 @@ DEFAULT_ROWS = [
     ("assign", "scale-in", 200, 1000, 20_000, 1, 0, "none"),
     ("assign", "scale-out", 200, 1000, 20_000, 0, 0, "none"),
     ("assign", "scale-out", 200, 1000, 20_000, 2, 0, "none"),
+    *(("assign", "replace", s, 1000, 20_000, 1, 0, "none") for s in (10, 200, 500)),
     *(("cli", "scale-out", s, 1000, 20_000, 1, 3, "none") for s in (1, 200, 500)),
     *(("cli", "scale-in", s, 1000, 20_000, 1, 0, "none") for s in (1, 200, 500)),
 ]

@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 from assignor.model import LATEST, ClientState, TaskId, TaskSpec, TopicPartition
 
-SCENARIOS = ("fresh", "scale-out", "scale-in")
+SCENARIOS = ("fresh", "scale-out", "scale-in", "replace")
 
 
 def tasks_of(task_count: int, subtopologies: int = 10, stateful_share: float = 0.8,
@@ -49,6 +49,8 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
     - ``scale-out``: ``new_share`` of ``client_count`` are fresh clients that just joined;
     - ``scale-in``: the group had ``client_count / (1 - new_share)`` clients, ``new_share`` of
       them left (their tasks have no owner; the others keep what they ran and their state);
+    - ``replace``: as ``scale-out``, and half as many of the old clients left in the same
+      rebalance (a rolling replacement halfway: their tasks have no owner);
     - ``fresh``: nobody ran anything before.
 
     With ``racks``, clients sit in racks in turn and tasks read partitions in two of three
@@ -82,6 +84,11 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
     if scenario == "scale-in":  # every tenth member leaves (new_share 0.1), spread over the ring
         step = max(1, round(1 / new_share))
         ids = [c for index, c in enumerate(ids) if index % step != step - 1][:client_count]
+    if scenario == "replace":  # old members leave, spread over the ring
+        leaving = round(client_count * new_share / 2)
+        step = max(1, old // leaving) if leaving else 0
+        gone = set(ids[step - 1:old:step][:leaving]) if leaving else set()
+        ids = [c for c in ids if c not in gone]
     rack_names = [f"r{i}" for i in range(racks)]
     clients = [
         ClientState(
