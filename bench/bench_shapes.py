@@ -9,7 +9,7 @@
 
 Groups come from ``bench.workloads.settled_then_joined``: a settled group (round-robin actives,
 caught up; standbys on the next clients, 30% lagging), then ``scale-out`` (10% of the clients are
-new), ``scale-in`` (10% left), ``replace`` (10% new and 5% of the old ones left in the same
+new), ``scale-in`` (10% left), ``replace`` (10% of the clients new and 6.7% gone in the same
 rebalance) or ``fresh`` (nobody ran anything). With racks, clients sit in 3
 racks in turn and every task reads one partition with replicas in two of them. The issue's shape
 is 200 subtopologies of 100 partitions, scale-out, 1 standby.

@@ -49,8 +49,8 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
     - ``scale-out``: ``new_share`` of ``client_count`` are fresh clients that just joined;
     - ``scale-in``: the group had ``client_count / (1 - new_share)`` clients, ``new_share`` of
       them left (their tasks have no owner; the others keep what they ran and their state);
-    - ``replace``: as ``scale-out``, and half as many of the old clients left in the same
-      rebalance (a rolling replacement halfway: their tasks have no owner);
+    - ``replace``: as ``scale-out``, and two thirds as many of the old clients left in the same
+      rebalance (a rolling replacement two thirds of the way: their tasks have no owner);
     - ``fresh``: nobody ran anything before.
 
     With ``racks``, clients sit in racks in turn and tasks read partitions in two of three
@@ -85,7 +85,7 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
         step = max(1, round(1 / new_share))
         ids = [c for index, c in enumerate(ids) if index % step != step - 1][:client_count]
     if scenario == "replace":  # old members leave, spread over the ring
-        leaving = round(client_count * new_share / 2)
+        leaving = round(client_count * new_share * 2 / 3)
         step = max(1, old // leaving) if leaving else 0
         gone = set(ids[step - 1:old:step][:leaving]) if leaving else set()
         ids = [c for c in ids if c not in gone]
