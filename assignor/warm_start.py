@@ -29,6 +29,8 @@ MAX_PATHS = 64
 # Bellman-Ford passes after which the start is not proven optimal (a negative cycle, or too
 # long a chain of negative arcs to be worth it).
 MAX_PASSES = 40
+# A group weight standing for no arc with room
+NO_ROOM = np.iinfo(np.int64).max
 
 
 def complete(node_count: int, tails: np.ndarray, heads: np.ndarray, capacities: np.ndarray, costs: np.ndarray,
@@ -110,6 +112,24 @@ class _Residual:
         self.pair_keys = pair[self.starts]
         self.group_tails = self.tails[self.order][self.starts]
         self.group_heads = self.heads[self.order][self.starts]
+        # The arcs in group order, for Dijkstra's weights (a group's weight is its cheapest
+        # arc with room): most groups are one arc; the few of several are reduced apart.
+        self.sorted_base = self.order % self.arc_count
+        self.sorted_forward = self.order < self.arc_count
+        self.sorted_capacities = capacities[self.sorted_base]
+        self.sorted_tails = self.tails[self.order]
+        self.sorted_heads = self.heads[self.order]
+        self.sorted_costs = self.costs[self.order]
+        sizes = np.diff(np.r_[self.starts, len(self.order)])
+        self.multi_groups = np.flatnonzero(sizes > 1)
+        multi_sizes = sizes[self.multi_groups]
+        self.multi_starts = (np.cumsum(multi_sizes) - multi_sizes).astype(np.int64)
+        self.multi_positions = (np.repeat(self.starts[self.multi_groups] - self.multi_starts, multi_sizes)
+                                + np.arange(int(multi_sizes.sum())))
+        self.position = np.empty_like(self.order)
+        self.position[self.order] = np.arange(len(self.order))
+        self._graph = None
+        self._room = None  # room in group order, kept by ``augment`` along the paths it takes
 
     def room(self, flows: np.ndarray) -> np.ndarray:
         return np.concatenate([self.capacities - flows, flows])
@@ -145,26 +165,25 @@ class _Residual:
     def augment(self, flows: np.ndarray, excess: np.ndarray, potentials: np.ndarray) -> bool:
         """One shortest path from a node with units left to one that lacks them; the potentials
         move by the distances found, so that reduced costs stay non-negative."""
-        # scipy is imported here, not with the module: most assignments never get this far,
-        # and its import (about 0.15 s) would delay every `python -m assignor`.
-        from scipy.sparse import csr_array
-        from scipy.sparse.csgraph import dijkstra
+        from scipy.sparse.csgraph import dijkstra  # see _dijkstra_graph
 
         n = self.node_count
-        room, reduced = self.reduced(flows, potentials)
-        weight = np.where(room > 0, reduced, np.iinfo(np.int64).max)[self.order]
-        best = np.minimum.reduceat(weight, self.starts)
-        usable = best != np.iinfo(np.int64).max
+        if self._room is None:
+            held = flows[self.sorted_base]
+            self._room = np.where(self.sorted_forward, self.sorted_capacities - held, held)
+        room = self._room
+        reduced = self.sorted_costs + potentials[self.sorted_tails] - potentials[self.sorted_heads]
+        weight = np.where(room > 0, reduced, NO_ROOM)
+        best = weight[self.starts]
+        if len(self.multi_groups):
+            best[self.multi_groups] = np.minimum.reduceat(weight[self.multi_positions], self.multi_starts)
+        usable = best != NO_ROOM
         if (best[usable] < 0).any():
             return False
-        sources = np.flatnonzero(excess > 0)
-        rows = np.concatenate([self.group_tails[usable], np.full(len(sources), n)])
-        columns = np.concatenate([self.group_heads[usable], sources])
-        data = np.concatenate([best[usable], np.zeros(len(sources), dtype=np.int64)]).astype(np.float64)
-        indptr = np.zeros(n + 2, dtype=np.int64)
-        np.add.at(indptr, rows + 1, 1)
-        # rows are sorted by tail already (groups in (tail, head) order, the source's last)
-        graph = csr_array((data, columns.astype(np.int32), np.cumsum(indptr)), shape=(n + 1, n + 1))
+        graph = self._dijkstra_graph()
+        groups = len(self.starts)
+        graph.data[:groups] = np.where(usable, best, np.inf)
+        graph.data[groups:] = np.where(excess > 0, 0.0, np.inf)
         distance, predecessor = dijkstra(graph, indices=n, return_predecessors=True)
         lacking = np.flatnonzero(excess < 0)
         reached = lacking[np.isfinite(distance[lacking])]
@@ -176,26 +195,48 @@ class _Residual:
         node = target
         while predecessor[node] != n:
             tail = int(predecessor[node])
-            path.append(self._cheapest_arc(tail, node, room, reduced))
+            path.append(self._cheapest_position(tail, node, room, reduced))
             node = tail
         source = node
-        arcs = np.array(path, dtype=np.int64)
-        amount = min(int(room[arcs].min()) if len(arcs) else 0, int(excess[source]), int(-excess[target]))
+        positions = np.array(path, dtype=np.int64)
+        amount = min(int(room[positions].min()) if len(positions) else 0, int(excess[source]), int(-excess[target]))
         if amount <= 0:
             return False
+        arcs = self.order[positions]
         forward = arcs[arcs < self.arc_count]
         backward = arcs[arcs >= self.arc_count] - self.arc_count
         np.add.at(flows, forward, amount)
         np.add.at(flows, backward, -amount)
+        room[positions] -= amount
+        room[self.position[np.where(arcs < self.arc_count, arcs + self.arc_count, arcs - self.arc_count)]] += amount
         excess[source] -= amount
         excess[target] += amount
         shift = np.rint(np.minimum(distance[:n], far)).astype(np.int64)
         potentials += shift
         return True
 
-    def _cheapest_arc(self, tail: int, head: int, room: np.ndarray, reduced: np.ndarray) -> int:
+    def _dijkstra_graph(self):
+        """Every (tail, head) group, then a super source (node n) with an arc to every node,
+        built once; ``augment`` writes the weights (infinite: no arc) before each search.
+        scipy is imported here, not with the module: most assignments never get this far, and
+        its import (about 0.15 s) would delay every `python -m assignor`."""
+        if self._graph is None:
+            from scipy.sparse import csr_array
+
+            n = self.node_count
+            counts = np.bincount(self.group_tails, minlength=n + 1)
+            counts[n] = n
+            indptr = np.r_[0, np.cumsum(counts)].astype(np.int32)
+            columns = np.concatenate([self.group_heads, np.arange(n)]).astype(np.int32)
+            data = np.zeros(len(columns), dtype=np.float64)
+            self._graph = csr_array((data, columns, indptr), shape=(n + 1, n + 1))
+        return self._graph
+
+    def _cheapest_position(self, tail: int, head: int, room: np.ndarray, reduced: np.ndarray) -> int:
+        """The position (in group order) of the cheapest arc with room from ``tail`` to ``head``."""
         group = int(np.searchsorted(self.pair_keys, tail * (self.node_count + 1) + head))
+        start = self.starts[group]
         stop = self.starts[group + 1] if group + 1 < len(self.starts) else len(self.order)
-        members = self.order[self.starts[group]:stop]
-        members = members[room[members] > 0]
-        return int(members[np.argmin(reduced[members])])
+        positions = np.arange(start, stop)
+        positions = positions[room[start:stop] > 0]
+        return int(positions[np.argmin(reduced[positions])])
