@@ -439,14 +439,15 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
         return {}
     prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
     hub_only, ways = _active_ways(group, ranking, costs, prone)
+    stays_mostly = _stays_mostly(group)
     if relaxed is None:
-        relaxed = own_arcs is None and not _stays_mostly(group) and _relaxation_pays(group, hub_only, ways)
+        relaxed = own_arcs is None and not stays_mostly and _relaxation_pays(group, hub_only, ways)
     if relaxed:
         target = _relaxed_active_target(group, hub_only, ways)
         if target is not None:
             return target
     while True:
-        target, fed, hubs = _capped_active_target(group, hub_only, ways, own_arcs)
+        target, fed, hubs = _capped_active_target(group, hub_only, ways, own_arcs, stays_mostly)
         if not fed:
             return target
         own_arcs = hubs.next_round(fed)
@@ -514,9 +515,11 @@ def _active_windows(graph: FlowGraph, group: Group) -> tuple[list[int], list[int
     return [stateful_node[c] for c in clients], [stateless_node[c] for c in clients], sink
 
 
-def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], own_arcs: frozenset[str] | None):
+def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], own_arcs: frozenset[str] | None,
+                          stays_mostly: bool):
     """The active flow with every subtopology cap: (target, clients the funnels fed, hubs); the
-    target is None when the funnels' flow found no split (solve again, ``next_round``)."""
+    target is None when the funnels' flow found no split (solve again, ``next_round``).
+    ``stays_mostly``: solved from every task on its previous owner (``_stays_mostly``)."""
     graph = FlowGraph()
     clients = group.clients
     stateful_nodes, stateless_nodes, sink = _active_windows(graph, group)
@@ -538,7 +541,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
-    graph.solve(classes.staying(group.prev_active_owner) if _stays_mostly(group) else None)
+    graph.solve(classes.staying(group.prev_active_owner) if stays_mostly else None)
     fed = hubs.realize(graph)
     if fed:
         return None, fed, hubs
