@@ -558,12 +558,18 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     return target, frozenset(), hubs
 
 
+# Share of the tasks that may lack a live previous owner for the warm start: a group that ran
+# little before (a fresh one) gains nothing from it, and would load scipy for nothing.
+STAYING_ORPHANS_SHARE = 0.1
+
+
 def _stays_mostly(group: Group) -> bool:
     """Whether the active flow starts from every task on its previous owner (``FlowGraph.solve``,
     ``assignor.warm_start``): when few tasks lack an owner (a member or a few left) and no
     client holds more than its new ceilings, that flow is the optimum but for a few augmenting
     paths. A client above a ceiling must shed tasks: the start is then no optimum at all."""
-    if len(group.specs) - len(group.prev_active_owner) > warm_start.MAX_PATHS:
+    orphans = len(group.specs) - len(group.prev_active_owner)
+    if orphans > warm_start.MAX_PATHS or orphans > STAYING_ORPHANS_SHARE * len(group.specs):
         return False
     total = quotas(len(group.specs), group.threads)
     stateful = quotas(len(group.stateful), group.threads)
