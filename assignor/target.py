@@ -122,6 +122,10 @@ class Group:
             prev_standby_holders={t: frozenset(h) for t, h in holders.items()},
         )
 
+    def orphans(self) -> int:
+        """Tasks without a live previous owner: their owner left, or nobody ran them."""
+        return len(self.specs) - len(self.prev_active_owner)
+
     def standby_count(self, num_standby_replicas: int) -> int:
         """Standbys per stateful task: as configured, but never more than other clients exist."""
         return max(0, min(num_standby_replicas, len(self.clients) - 1))
@@ -568,7 +572,7 @@ def _stays_mostly(group: Group) -> bool:
     ``assignor.warm_start``): when few tasks lack an owner (a member or a few left) and no
     client holds more than its new ceilings, that flow is the optimum but for a few augmenting
     paths. A client above a ceiling must shed tasks: the start is then no optimum at all."""
-    orphans = len(group.specs) - len(group.prev_active_owner)
+    orphans = group.orphans()
     if orphans > warm_start.MAX_PATHS or orphans > STAYING_ORPHANS_SHARE * len(group.specs):
         return False
     total = quotas(len(group.specs), group.threads)
@@ -617,7 +621,7 @@ def _orphans_fit_on_new_members(group: Group) -> bool:
     are chains through caught-up holders whose other tasks are of the same subtopologies; the
     relaxed optimum, free to move those past the caps, then never decoded within the caps in
     our sweeps (1% to 10% leaving, with or without new members) and only added a solve."""
-    orphans = len(group.specs) - len(group.prev_active_owner)
+    orphans = group.orphans()
     if not orphans:
         return True
     holding = set(group.prev_active_owner.values())

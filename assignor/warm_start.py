@@ -58,9 +58,6 @@ def complete(node_count: int, tails: np.ndarray, heads: np.ndarray, capacities: 
             break
         if not residual.augment(flows, excess, potentials):
             return None
-    else:
-        if (excess > 0).any():
-            return None
     if (excess != 0).any() or not residual.optimal(flows, potentials):
         return None
     return flows
@@ -106,20 +103,20 @@ class _Residual:
         self.tails = np.concatenate([tails, heads])
         self.heads = np.concatenate([heads, tails])
         self.costs = np.concatenate([costs, -costs]).astype(np.int64)
-        self.order = np.lexsort((self.heads, self.tails))
-        pair = self.tails[self.order] * (node_count + 1) + self.heads[self.order]
-        self.starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
-        self.pair_keys = pair[self.starts]
-        self.group_tails = self.tails[self.order][self.starts]
-        self.group_heads = self.heads[self.order][self.starts]
         # The arcs in group order, for Dijkstra's weights (a group's weight is its cheapest
         # arc with room): most groups are one arc; the few of several are reduced apart.
-        self.sorted_base = self.order % self.arc_count
-        self.sorted_forward = self.order < self.arc_count
-        self.sorted_capacities = capacities[self.sorted_base]
+        self.order = np.lexsort((self.heads, self.tails))
         self.sorted_tails = self.tails[self.order]
         self.sorted_heads = self.heads[self.order]
         self.sorted_costs = self.costs[self.order]
+        self.sorted_base = self.order % self.arc_count
+        self.sorted_forward = self.order < self.arc_count
+        self.sorted_capacities = capacities[self.sorted_base]
+        pair = self.sorted_tails * (node_count + 1) + self.sorted_heads
+        self.starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+        self.pair_keys = pair[self.starts]
+        self.group_tails = self.sorted_tails[self.starts]
+        self.group_heads = self.sorted_heads[self.starts]
         sizes = np.diff(np.r_[self.starts, len(self.order)])
         self.multi_groups = np.flatnonzero(sizes > 1)
         multi_sizes = sizes[self.multi_groups]
@@ -154,13 +151,9 @@ class _Residual:
             distance[targets[lower]] = best[lower]
         return None
 
-    def reduced(self, flows: np.ndarray, potentials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        room = self.room(flows)
-        return room, self.costs + potentials[self.tails] - potentials[self.heads]
-
     def optimal(self, flows: np.ndarray, potentials: np.ndarray) -> bool:
-        room, reduced = self.reduced(flows, potentials)
-        return bool((reduced[room > 0] >= 0).all())
+        reduced = self.costs + potentials[self.tails] - potentials[self.heads]
+        return bool((reduced[self.room(flows) > 0] >= 0).all())
 
     def augment(self, flows: np.ndarray, excess: np.ndarray, potentials: np.ndarray) -> bool:
         """One shortest path from a node with units left to one that lacks them; the potentials
