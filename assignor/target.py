@@ -33,7 +33,7 @@ a lower bound whose decoding, when it keeps the caps as the bound paid, is the o
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -1231,6 +1231,8 @@ class _StandbyFlow:
         self.trees: dict[int, _AllButOneHub] = {}  # the tree formulation's, per subtopology (``plant_trees``)
         self.tree_leaf: dict[int, dict[str, int]] = {}  # per subtopology, its tree's leaf of each active client
         self.every_arc: tuple = ()  # the every-arc formulation's arcs and their (task, client) cells
+        # after a failed dealing, the subtopologies to give trees (``standbys``)
+        self.undealt: frozenset[int] = frozenset()
 
     def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None):
         return _SubtopologyHubs(self.graph, self.counts, self.group.clients, self.group.threads,
@@ -1256,8 +1258,8 @@ class _StandbyFlow:
             ways.append((task, task.subtopology, costs.no_state_arc(ranking, task), special, owner))
         return hub_only, ways
 
-    def plant_trees(self) -> None:
-        """Per subtopology, a segment tree (``_AllButOneHub``) over the clients running its
+    def plant_trees(self, keys: Iterable[int]) -> None:
+        """Per subtopology of ``keys``, a segment tree (``_AllButOneHub``) over the clients running its
         tasks' actives, which the hub no longer reaches, and whose entries reach the hub too: a
         task's standby then reaches every client but its active (``entry``).
 
@@ -1268,7 +1270,7 @@ class _StandbyFlow:
         running: dict[int, set[str]] = defaultdict(set)
         for task in self.group.stateful:
             running[task.subtopology].add(self.actives[task])
-        for key in sorted(self.counts):
+        for key in sorted(keys):
             members = sorted(running[key], key=self.position.__getitem__)
             self.tree_leaf[key] = {client: leaf for leaf, client in enumerate(members)}
             self.trees[key] = _AllButOneHub(self.graph, [self.hubs.detached_node(key, client) for client in members],
@@ -1301,7 +1303,8 @@ class _StandbyFlow:
     def standbys(self, formulation: StandbyFormulation,
                  chosen: dict[TaskId, list[str]]) -> dict[TaskId, tuple[str, ...]] | None:
         """The decoded standbys, ``chosen`` holding those the formulation decoded itself; None
-        when the formulation finds no exact dealing of some hub's units."""
+        when the formulation finds no exact dealing of some hub's units (their subtopologies:
+        ``undealt``)."""
         graph = self.graph
         pick_tasks, pick_clients, hub_units, short = self.classes.decode(graph)
         for task, client in zip(pick_tasks, pick_clients, strict=True):
@@ -1310,11 +1313,20 @@ class _StandbyFlow:
         for holders in chosen.values():
             for client in holders:
                 load[client] += 1
+        undealt = set()
         for key in sorted(hub_units):
             units = self.hubs.units(graph, key)
             hub_tasks = [(task, short.get(task, self.per_task)) for task in hub_units[key]]
+            # a failed dealing leaves ``chosen`` as it was: the other keys are still dealt, to
+            # learn which fail too
             if not self.deal(formulation, key, hub_tasks, units, chosen, load, repair=True):
-                return None
+                undealt.add(key)
+        if undealt:
+            # the others whose hub tasks mostly share one active may fail next round
+            self.undealt = frozenset(undealt | {
+                key for key, tasks in hub_units.items()
+                if key not in self.trees and 2 * max(Counter(self.actives[task] for task in tasks).values()) >= len(tasks)})
+            return None
         return {task: tuple(sorted(holders)) for task, holders in chosen.items()}
 
     def deal(self, formulation: StandbyFormulation, key: int, hub_tasks: list[tuple[TaskId, int]],
@@ -1434,26 +1446,35 @@ class StandbyFormulation:
     """
 
     name = ""
+    tree_rounds = 1  # solves with more trees after a failed dealing (``_Hub``), the first included
 
     def solve(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
               per_task: int, own_arcs: frozenset[str] | None = None) -> dict[TaskId, tuple[str, ...]] | None:
         """``own_arcs``: as for ``active_target``."""
-        while True:
-            flow = _StandbyFlow(group, ranking, costs, actives, per_task, own_arcs)
-            self.build(flow)
-            flow.solve()
-            fed = flow.hubs.realize(flow.graph)
-            if not fed:
-                break
-            own_arcs = flow.hubs.next_round(fed)
-        chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
-        self.decode(flow, chosen)
-        return flow.standbys(self, chosen)
+        trees: frozenset[int] = frozenset()
+        for _ in range(self.tree_rounds):
+            while True:
+                flow = _StandbyFlow(group, ranking, costs, actives, per_task, own_arcs)
+                self.build(flow, trees)
+                flow.solve()
+                fed = flow.hubs.realize(flow.graph)
+                if not fed:
+                    break
+                own_arcs = flow.hubs.next_round(fed)
+            chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
+            self.decode(flow, chosen)
+            standbys = flow.standbys(self, chosen)
+            if standbys is not None:
+                return standbys
+            trees |= flow.undealt
+        return None
 
-    def build(self, flow: _StandbyFlow) -> None:
-        """Add the tasks' arcs to the flow."""
+    def build(self, flow: _StandbyFlow, trees: frozenset[int]) -> None:
+        """Add the tasks' arcs to the flow; ``trees``: the subtopologies that enter segment
+        trees (``_StandbyFlow.plant_trees``) rather than their hub."""
         if flow.per_task != 1:
             raise ValueError(f"the {self.name} formulation places one standby per task")
+        flow.plant_trees(trees)
         flow.add_classes(flow.entry)
 
     def decode(self, flow: _StandbyFlow, chosen: dict[TaskId, list[str]]) -> None:
@@ -1470,12 +1491,21 @@ class StandbyFormulation:
 class _Hub(StandbyFormulation):
     """One standby per task. Clients without state are reached through one hub per subtopology;
     the units each client receives are dealt to tasks away from each task's active, greedily
-    when that keeps the flow's counts, else by a small exact flow (``_deal_hub_units``). No
-    such dealing exists when one client runs most of a subtopology: ``solve`` returns None."""
+    when that keeps the flow's counts, else by a small exact flow (``_deal_hub_units``).
+
+    No such dealing exists when one client runs most of a subtopology's hub tasks. Those
+    subtopologies, and the others whose hub tasks mostly share one active, then enter segment
+    trees, as in ``_Tree``, and the flow is solved again: exact for them, still the hub's
+    relaxation for the others, so a dealing of every other hub is again optimal. (Trees for
+    the failed ones alone moved the failure to another subtopology, round after round.) After
+    ``tree_rounds`` solves, ``solve`` returns None."""
 
     name = "hub"
+    tree_rounds = 3
 
     def deal(self, flow, key, hub_tasks, units, chosen, load):
+        if key in flow.trees:
+            return _tree_pools(flow, key, hub_tasks, units)
         if _deal_greedily(hub_tasks, units, flow.group, load, flow.ranking, chosen, flow.actives):
             return []
         bucket_units: dict[int, int] = defaultdict(int)
@@ -1495,15 +1525,20 @@ class _Tree(StandbyFormulation):
 
     name = "tree"
 
-    def build(self, flow):
-        flow.plant_trees()
-        super().build(flow)
+    def build(self, flow, trees):
+        super().build(flow, frozenset(flow.counts))
 
     def deal(self, flow, key, hub_tasks, units, chosen, load):
-        position = [flow.position[client] for client in flow.tree_leaf[key]]  # of each leaf
-        dealt = {position[excluded]: {position[leaf]: n for leaf, n in reached.items()}
-                 for excluded, reached in flow.trees[key].decode(flow.graph).items()}
-        return flow.by_active(hub_tasks, dealt, shared=units)
+        return _tree_pools(flow, key, hub_tasks, units)
+
+
+def _tree_pools(flow: _StandbyFlow, key: int, hub_tasks: list[tuple[TaskId, int]], units: Mapping[str, int]) -> list[Pool]:
+    """The pools of a subtopology whose tasks entered its segment tree: per active client, the
+    units its entry reached; the hub's units shared by the rest."""
+    position = [flow.position[client] for client in flow.tree_leaf[key]]  # of each leaf
+    dealt = {position[excluded]: {position[leaf]: n for leaf, n in reached.items()}
+             for excluded, reached in flow.trees[key].decode(flow.graph).items()}
+    return flow.by_active(hub_tasks, dealt, shared=units)
 
 
 class _PooledHub(StandbyFormulation):
@@ -1513,7 +1548,7 @@ class _PooledHub(StandbyFormulation):
 
     name = "pooled_hub"
 
-    def build(self, flow):
+    def build(self, flow, trees):
         flow.add_classes(flow.entry)
 
     def deal(self, flow, key, hub_tasks, units, chosen, load):
@@ -1526,7 +1561,7 @@ class _EveryArc(StandbyFormulation):
 
     name = "every_arc"
 
-    def build(self, flow):
+    def build(self, flow, trees):
         graph = flow.graph
         task_nodes = graph.nodes(len(flow.group.stateful))
         graph.supplies(task_nodes, flow.per_task)
