@@ -509,20 +509,42 @@ def _funnel_rounds(call):
     return result, rounds
 
 
+@contextlib.contextmanager
+def _funnels(by_size: bool):
+    """The hubs' funnels on any group, from the first round: for every client (``own_arcs``
+    empty, yielded), or ``by_size`` as on large groups, where idle clients, and those below
+    their floor (``receiving``, at any layer size here), keep arcs of their own (yields None)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if by_size:
+            patch.setattr(target, "FUNNEL_PAIRS", 0)
+            patch.setattr(target, "RECEIVING_ARCS_SHARE", float("inf"))
+            close = target._SubtopologyHubs.close
+
+            def closing(hubs):
+                close(hubs)
+                if hubs.own_arcs and set(hubs._receiving) & hubs.own_arcs and len(hubs.own_arcs) < len(hubs._clients):
+                    event("clients below their floor kept arcs of their own")
+
+            patch.setattr(target._SubtopologyHubs, "close", closing)
+        yield None if by_size else frozenset()
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), greedy=st.booleans())
-def test_funnelled_active_hubs_reach_the_per_task_optimum(group, lag_aware, greedy):
+@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), greedy=st.booleans(),
+       by_size=st.booleans())
+def test_funnelled_active_hubs_reach_the_per_task_optimum(group, lag_aware, greedy, by_size):
     """Hubs reaching clients through funnels (as on large groups, forced here from the first
-    round): the decoded actives cost the per-task optimum, however many rounds it took. Without
-    the greedy deal (``greedy`` False), every split is the exact one, which never needs more
-    rounds than the greedy deal does."""
+    round, ``_funnels``): the decoded actives cost the per-task optimum, however many rounds it
+    took. Without the greedy deal (``greedy`` False), every split is the exact one, which never
+    needs more rounds than the greedy deal does."""
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
 
     def solve():
-        return _funnel_rounds(lambda: target.active_target(Group.of(specs, clients), ranking,
-                                                           CostModel(lag_aware), own_arcs=frozenset()))
+        with _funnels(by_size) as own_arcs:
+            return _funnel_rounds(lambda: target.active_target(Group.of(specs, clients), ranking,
+                                                               CostModel(lag_aware), own_arcs=own_arcs))
 
     actives, rounds = solve()
     if not greedy:
@@ -563,8 +585,8 @@ def test_the_standby_tree_grows_with_the_tasks_not_the_clients():
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans())
-def test_funnelled_standby_hubs_reach_the_per_task_optimum(group, lag_aware):
+@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), by_size=st.booleans())
+def test_funnelled_standby_hubs_reach_the_per_task_optimum(group, lag_aware, by_size):
     """The same for one standby per task through the hub formulation, whenever its hub units
     have an exact dealing (otherwise the target changes formulation, checked above)."""
     specs, clients = group
@@ -575,8 +597,9 @@ def test_funnelled_standby_hubs_reach_the_per_task_optimum(group, lag_aware):
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
     costs = CostModel(lag_aware)
     actives = target.active_target(group_index, ranking, costs)
-    result, rounds = _funnel_rounds(lambda: target.HUB.solve(group_index, ranking, costs, actives, 1,
-                                                              own_arcs=frozenset()))
+    with _funnels(by_size) as own_arcs:
+        result, rounds = _funnel_rounds(lambda: target.HUB.solve(group_index, ranking, costs, actives, 1,
+                                                                  own_arcs=own_arcs))
     if result is None:  # no exact dealing: the default choice moves on to another formulation
         return
     event(f"funnel rounds: {len(rounds)}")
