@@ -1215,6 +1215,30 @@ def round_robin(counts: Mapping[str, int], clients: Sequence[str]) -> list[str]:
     return slots
 
 
+# The standby flow's view of its tasks (``standby_ways``): the stateful tasks no client has
+# state of nor held before (only hubs reach them), and every other task's ways out: (task,
+# subtopology, hub price, its special clients' prices, previous owner).
+_StandbyWays = tuple[list[TaskId], list[tuple[TaskId, int, int, dict[str, int], "str | None"]]]
+
+
+def standby_ways(group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str]) -> _StandbyWays:
+    """Computed once per standby target, for every graph it solves (relaxed, hub rounds, trees)."""
+    hub_only, ways = [], []
+    for task in group.stateful:
+        owner = group.prev_active_owner.get(task)
+        previous = group.prev_standby_holders.get(task, frozenset())
+        if owner is not None:
+            previous = previous | {owner}
+        holders = ranking.holders[task]
+        if not holders and not previous:
+            hub_only.append(task)
+            continue
+        special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {actives[task]}
+                                                     if client in group.threads], previous)
+        ways.append((task, task.subtopology, costs.no_state_arc(ranking, task), special, owner))
+    return hub_only, ways
+
+
 class _StandbyFlow:
     """The part of the standby graph every formulation shares, then its solution decoded.
 
@@ -1225,8 +1249,9 @@ class _StandbyFlow:
     """
 
     def __init__(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
-                 per_task: int, own_arcs: frozenset[str] | None = None) -> None:
+                 per_task: int, own_arcs: frozenset[str] | None = None, ways: _StandbyWays | None = None) -> None:
         self.group, self.ranking, self.costs, self.actives, self.per_task = group, ranking, costs, actives, per_task
+        self._ways = ways
         self.graph = graph = FlowGraph()
         clients = group.clients
         replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
@@ -1268,29 +1293,15 @@ class _StandbyFlow:
         # after a failed dealing, the subtopologies to give trees (``standbys``)
         self.undealt: frozenset[int] = frozenset()
 
+    @property
+    def ways(self) -> _StandbyWays:
+        if self._ways is None:
+            self._ways = standby_ways(self.group, self.ranking, self.costs, self.actives)
+        return self._ways
+
     def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None):
         return _SubtopologyHubs(self.graph, self.counts, self.group.clients, self.group.threads,
                                 lambda key: replica_nodes, own_arcs, receiving=self.receiving)
-
-    def ways(self) -> tuple[list[TaskId], list[tuple[TaskId, int, int, dict[str, int], str | None]]]:
-        """The stateful tasks no client has state of nor held before (only hubs reach them), and
-        every other task's ways out: (task, subtopology, hub price, its special clients' prices,
-        previous owner)."""
-        group, ranking, costs, actives = self.group, self.ranking, self.costs, self.actives
-        hub_only, ways = [], []
-        for task in group.stateful:
-            owner = group.prev_active_owner.get(task)
-            previous = group.prev_standby_holders.get(task, frozenset())
-            if owner is not None:
-                previous = previous | {owner}
-            holders = ranking.holders[task]
-            if not holders and not previous:
-                hub_only.append(task)
-                continue
-            special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {actives[task]}
-                                                         if client in group.threads], previous)
-            ways.append((task, task.subtopology, costs.no_state_arc(ranking, task), special, owner))
-        return hub_only, ways
 
     def plant_trees(self, keys: Iterable[int]) -> None:
         """Per subtopology of ``keys``, a segment tree (``_AllButOneHub``) over the clients running its
@@ -1320,7 +1331,7 @@ class _StandbyFlow:
         """Every stateful task into its class; ``entry(subtopology, active)`` is the node through
         which its standbys reach clients without its state."""
         classes, actives, ranking, costs = self.classes, self.actives, self.ranking, self.costs
-        hub_only, ways = self.ways()
+        hub_only, ways = self.ways
         classes.uniform = _tasks_alike((key, owner) for _, key, _, _, owner in ways)
         for task in hub_only:
             key = task.subtopology
@@ -1420,7 +1431,7 @@ class _RelaxedStandbyFlow(_StandbyFlow):
     def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None) -> _CrowdedPairs:
         group, graph = self.group, self.graph
         self.caps = _subtopology_caps(self.counts, group.threads, group.clients)
-        self.hub_only, self.special = self.ways()
+        self.hub_only, self.special = self.ways
         self.hub = graph.node()
         self.hub_arcs = graph.arcs(self.hub, replica_nodes, BIG_CAPACITY, 0)
         head = dict(zip(group.clients, replica_nodes.tolist(), strict=True))
@@ -1483,13 +1494,15 @@ class StandbyFormulation:
     tree_rounds = 1  # solves with more trees after a failed dealing (``_Hub``), the first included
 
     def solve(self, group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str],
-              per_task: int, own_arcs: frozenset[str] | None = None) -> dict[TaskId, tuple[str, ...]] | None:
-        """``own_arcs``: as for ``active_target``."""
+              per_task: int, own_arcs: frozenset[str] | None = None,
+              ways: _StandbyWays | None = None) -> dict[TaskId, tuple[str, ...]] | None:
+        """``own_arcs``: as for ``active_target``; ``ways``: ``standby_ways``, if known."""
         trees: frozenset[int] = frozenset()
         for _ in range(self.tree_rounds):
             while True:
-                flow = _StandbyFlow(group, ranking, costs, actives, per_task, own_arcs)
+                flow = _StandbyFlow(group, ranking, costs, actives, per_task, own_arcs, ways)
                 self.build(flow, trees)
+                ways = flow._ways  # for the next rounds, once the first needed them
                 flow.solve()
                 fed = flow.hubs.realize(flow.graph)
                 if not fed:
@@ -1668,6 +1681,7 @@ def standby_target(
         return {task: () for task in group.stateful}
     if relaxed is None:
         relaxed = _standby_relaxation_pays(group, ranking, per_task)
+    ways = None
     if relaxed and per_task == 1:
         flow = _RelaxedStandbyFlow(group, ranking, costs, actives, per_task)
         flow.build()
@@ -1675,9 +1689,10 @@ def standby_target(
         standbys = flow.standbys_within_caps()
         if standbys is not None:
             return standbys
+        ways = flow.ways
     formulations = choice(group, per_task)
     for formulation in formulations:
-        standbys = formulation.solve(group, ranking, costs, actives, per_task)
+        standbys = formulation.solve(group, ranking, costs, actives, per_task, ways=ways)
         if standbys is not None:
             return standbys
     raise AssertionError(f"no exact standby formulation among {formulations}")
