@@ -362,13 +362,22 @@ def _recorded(call):
 
 @contextlib.contextmanager
 def _planted_trees():
-    """The subtopologies given segment trees, per standby graph built inside the block."""
-    planted: list[frozenset] = []
-    plant = target._StandbyFlow.plant_trees
+    """What the hub did inside the block: per standby graph built, the subtopologies given
+    segment trees ("trees"), and whether it traded units between subtopologies ("traded",
+    ``_trade_hub_units``)."""
+    seen = {"trees": [], "traded": False}
+    plant, trade = target._StandbyFlow.plant_trees, target._trade_hub_units
+
+    def trading(units_of, *args):
+        before = {key: dict(units) for key, units in units_of.items()}
+        trade(units_of, *args)
+        seen["traded"] |= units_of != before
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(target._StandbyFlow, "plant_trees",
-                      lambda flow, keys: (planted.append(frozenset(keys)), plant(flow, keys))[1])
-        yield planted
+                      lambda flow, keys: (seen["trees"].append(frozenset(keys)), plant(flow, keys))[1])
+        patch.setattr(target, "_trade_hub_units", trading)
+        yield seen
 
 
 @contextlib.contextmanager
@@ -420,8 +429,9 @@ def test_standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys, 
 def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     """Tree (one standby): exact, and the decoded standbys cost its optimum. Hub: the relaxed
     optimum (a hub unit may land on the active, or twice on one client); with one standby, when
-    an exact dealing of the hub units exists, the decoded standbys cost that optimum, which is
-    then the exact one. When none exists, the hub solves again with trees for some
+    an exact dealing of the hub units exists (after trading units between subtopologies,
+    ``_trade_hub_units``, where that costs nothing), the decoded standbys cost that optimum,
+    which is then the exact one. When none exists, the hub solves again with trees for some
     subtopologies (``_Hub``): its decoded standbys must then cost the exact optimum. When it
     still finds none (``solve`` answers None), the target falls back to the next formulation
     its choice names; when that is every arc (small groups), its decoded standbys must cost the
@@ -436,7 +446,7 @@ def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     costs = CostModel(lag_aware)
     actives = target.active_target(group_index, ranking, costs)
     for formulation in (target.TREE, target.HUB) if per_task == 1 else (target.POOLED_HUB,):
-        with _planted_trees() as planted:
+        with _planted_trees() as hub:
             result, optimum = _recorded(lambda f=formulation: f.solve(group_index, ranking, costs, actives, per_task))
         relaxed = formulation is not target.TREE
         assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed), formulation
@@ -450,10 +460,10 @@ def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
         if per_task == 1 and fallback is None:
             exact = reference_standby_optimum(inst, actives, per_task, relaxed=False)
             assert standby_cost(inst, actives, result, per_task) == exact, formulation
-            if formulation is target.HUB and any(planted):
+            if formulation is target.HUB and any(hub["trees"]):
                 event("hub with trees for some subtopologies: decoded cost checked")
             else:
-                event(f"{formulation.name}: decoded cost checked")
+                event(f"{formulation.name}{' with traded units' if hub['traded'] else ''}: decoded cost checked")
                 assert optimum == exact, formulation
         elif fallback is target.EVERY_ARC:
             event(f"{formulation.name} -> every_arc: decoded cost checked")
