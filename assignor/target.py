@@ -1369,7 +1369,7 @@ class _StandbyFlow:
         units_of = {key: self.hubs.units(graph, key) for key in hub_units}
         if formulation.trades_units:
             _trade_hub_units(units_of, {key: tasks for key, tasks in hub_units.items() if key not in self.trees},
-                             self.actives, zip(pick_tasks, pick_clients), self.hubs)
+                             self.actives, zip(pick_tasks, pick_clients, strict=True), self.hubs)
         undealt = set()
         for key in sorted(hub_units):
             units = units_of[key]
