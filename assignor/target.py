@@ -217,12 +217,9 @@ class _SubtopologyHubs:
         self._funnelled_units: dict = {}
 
     @property
-    def position(self) -> Mapping[str, int]:
-        return self._position
-
-    def caps(self, key) -> np.ndarray:
-        """The key's soft cap on each client, in client order."""
-        return self._caps[key]
+    def caps(self) -> Mapping:
+        """Per key, its soft cap on each client, in client order."""
+        return self._caps
 
     def node(self, key, client: str) -> int:
         self._reached.add(client)
@@ -1369,7 +1366,7 @@ class _StandbyFlow:
         units_of = {key: self.hubs.units(graph, key) for key in hub_units}
         if formulation.trades_units:
             _trade_hub_units(units_of, {key: tasks for key, tasks in hub_units.items() if key not in self.trees},
-                             self.actives, zip(pick_tasks, pick_clients, strict=True), self.hubs)
+                             self.actives, zip(pick_tasks, pick_clients, strict=True), self.hubs.caps, self.position)
         undealt = set()
         for key in sorted(hub_units):
             units = units_of[key]
@@ -1474,6 +1471,8 @@ class _RelaxedStandbyFlow(_StandbyFlow):
         if settled is None:
             return None
         pick_tasks, pick_clients, hub_tasks, plan = settled
+        _trade_hub_units(plan, hub_tasks, self.actives, zip(pick_tasks, pick_clients, strict=True), self.caps,
+                         self.position)
         chosen: dict[TaskId, list[str]] = {task: [] for task in group.stateful}
         load: dict[str, int] = defaultdict(int)
         for task, client in zip(pick_tasks, pick_clients, strict=True):
@@ -1804,7 +1803,8 @@ def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, hubs, 
 
 
 def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int, list[TaskId]],
-                     actives: Mapping[TaskId, str], picks: Iterable[tuple[TaskId, str]], hubs: _SubtopologyHubs) -> None:
+                     actives: Mapping[TaskId, str], picks: Iterable[tuple[TaskId, str]], caps: Mapping,
+                     position: Mapping[str, int]) -> None:
     """Make the hub units of one standby per task dealable, where trading them between
     subtopologies costs nothing: in ``units_of``, in place.
 
@@ -1813,13 +1813,13 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     take any client but it). Where c has too many, one of its units is traded for a unit that
     another subtopology's hub sends to a client e: each client then receives as many units as
     before, at the same hub prices (a task's hub price does not depend on the client), so the
-    flow's cost changes only by the subtopology excess, and a trade is made only when that does
-    not grow. The flow then has a dealable decomposition at the relaxed optimum, hence the
-    exact optimum. A settled group losing 1-3% of its members failed its dealing in 1 or 2
+    flow's cost changes only by the subtopology excess over ``caps`` (per key, in client order
+    by ``position``), and a trade is made only when that does not grow. The flow then has a
+    dealable decomposition at the relaxed optimum, hence the exact optimum. A settled group losing 1-3% of its members failed its dealing in 1 or 2
     subtopologies of 200-300, each with two hub tasks of one active and a unit on it; without
     the trade, a second solve with trees (``_Hub``) took 0.3-0.5 s.
     """
-    keys = sorted(hub_tasks)
+    keys = sorted(key for key in hub_tasks if key in units_of)
     by_active = {key: Counter(actives[task] for task in hub_tasks[key]) for key in keys}
     held: dict[tuple[int, str], int] = defaultdict(int)  # standbys per (subtopology, client), all of them
     for task, client in picks:
@@ -1827,11 +1827,10 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     for key, units in units_of.items():
         for client, amount in units.items():
             held[key, client] += amount
-    position = hubs.position
 
     def over_cap(key: int, client: str, change: int) -> int:
         """How much the excess at (key, client) grows when its count changes by ``change``."""
-        cap = int(hubs.caps(key)[position[client]])
+        cap = int(caps[key][position[client]])
         count = held[key, client]
         return max(0, count + change - cap) - max(0, count - cap)
 

@@ -361,7 +361,7 @@ def _recorded(call):
 
 
 @contextlib.contextmanager
-def _planted_trees():
+def _watching_the_hub():
     """What the hub did inside the block: per standby graph built, the subtopologies given
     segment trees ("trees"), and whether it traded units between subtopologies ("traded",
     ``_trade_hub_units``)."""
@@ -446,7 +446,7 @@ def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     costs = CostModel(lag_aware)
     actives = target.active_target(group_index, ranking, costs)
     for formulation in (target.TREE, target.HUB) if per_task == 1 else (target.POOLED_HUB,):
-        with _planted_trees() as hub:
+        with _watching_the_hub() as hub:
             result, optimum = _recorded(lambda f=formulation: f.solve(group_index, ranking, costs, actives, per_task))
         relaxed = formulation is not target.TREE
         assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed), formulation
@@ -701,9 +701,10 @@ def test_relaxed_active_flow_reaches_the_per_task_optimum(group, lag_aware, stan
 @given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans())
 def test_relaxed_standby_flow_reaches_the_per_task_optimum(group, lag_aware):
     """One standby per task, the flow without subtopology caps but on crowded pairs first (as on
-    large settled groups, forced here): when its decoding exceeds the caps by no more than that
-    flow paid, the standbys cost the exact per-task optimum; otherwise the default formulations
-    decide, as without it."""
+    large settled groups, forced here): when its decoding (its hub units traded between
+    subtopologies where that costs nothing, ``_trade_hub_units``) exceeds the caps by no more
+    than that flow paid, the standbys cost the exact per-task optimum; otherwise the default
+    formulations decide, as without it."""
     specs, clients = group
     inst = _Instance(specs, clients, lag_aware)
     index = Group.of(specs, clients)
@@ -719,7 +720,7 @@ def test_relaxed_standby_flow_reaches_the_per_task_optimum(group, lag_aware):
         decoded.append(within(flow))
         return decoded[-1]
 
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, _watching_the_hub() as hub:
         patch.setattr(target._RelaxedStandbyFlow, "standbys_within_caps", recording)
         result = target.standby_target(index, ranking, costs, actives, 1, relaxed=True)
     assert decoded, "the relaxed flow was tried"
@@ -727,7 +728,7 @@ def test_relaxed_standby_flow_reaches_the_per_task_optimum(group, lag_aware):
         event("relaxed flow fell back")
         assert result == target.standby_target(index, ranking, costs, actives, 1, relaxed=False)
         return
-    event("relaxed flow decoded")
+    event(f"relaxed flow decoded{' with traded units' if hub['traded'] else ''}")
     for task in inst.stateful:
         assert len(result[task]) == 1 and actives[task] not in result[task]
     assert standby_cost(inst, actives, result, 1) == reference_standby_optimum(inst, actives, 1, relaxed=False)
