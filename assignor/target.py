@@ -1831,12 +1831,18 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     """
     keys = sorted(key for key in hub_tasks if key in units_of)
     by_active = {key: Counter(actives[task] for task in hub_tasks[key]) for key in keys}
+    # only a client that is some hub task's active can have too many units
+    crowded_keys = [key for key in keys if any(units_of[key].get(client, 0) + tasks > len(hub_tasks[key])
+                                               for client, tasks in by_active[key].items())]
+    if not crowded_keys:
+        return
     held: dict[tuple[int, str], int] = defaultdict(int)  # standbys per (subtopology, client), all of them
     for task, client in picks:
         held[task.subtopology, client] += 1
     for key, units in units_of.items():
         for client, amount in units.items():
-            held[key, client] += amount
+            if amount:
+                held[key, client] += amount
 
     def over_cap(key: int, client: str, change: int) -> int:
         """How much the excess at (key, client) grows when its count changes by ``change``."""
@@ -1847,9 +1853,8 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     def room(key: int, client: str) -> bool:  # one more unit there keeps the key dealable
         return units_of[key].get(client, 0) + 1 + by_active[key][client] <= len(hub_tasks[key])
 
-    for key in keys:
+    for key in crowded_keys:
         units, size = units_of[key], len(hub_tasks[key])
-        # only a client that is some hub task's active can have too many units
         for crowded in sorted(client for client, tasks in by_active[key].items() if units.get(client, 0) + tasks > size):
             while units[crowded] + by_active[key][crowded] > size:
                 trade = next(((other, client) for other in keys if other != key and room(other, crowded)
