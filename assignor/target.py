@@ -32,6 +32,7 @@ a lower bound whose decoding, when it keeps the caps as the bound paid, is the o
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
@@ -81,6 +82,9 @@ EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use e
 # (``_SubtopologyHubs``, ``receiving``) is added rather than funnelled: a cheap insurance
 # against a failed split, which solves the whole graph again.
 RECEIVING_ARCS_SHARE = 0.3
+# (subtopology, client) cells the standby hub's trades may look at in one dealing
+# (``_trade_hub_units``); beyond that, the hub solves again with trees.
+TRADE_BUDGET = 200_000
 # Tasks per (subtopology key, previous owner) from which a capped flow puts tasks of the same
 # further special clients in one uniform class (``_TaskClasses``, ``_tasks_alike``).
 UNIFORM_CLASS_MIN = 3
@@ -1827,7 +1831,8 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     by ``position``), and a trade is made only when that does not grow. The flow then has a
     dealable decomposition at the relaxed optimum, hence the exact optimum. A settled group losing 1-3% of its members failed its dealing in 1 or 2
     subtopologies of 200-300, each with two hub tasks of one active and a unit on it; without
-    the trade, a second solve with trees (``_Hub``) took 0.3-0.5 s.
+    the trade, a second solve with trees (``_Hub``) took 0.3-0.5 s. The search for partners
+    looks at ``TRADE_BUDGET`` cells at most, whatever the group.
     """
     keys = sorted(key for key in hub_tasks if key in units_of)
     by_active = {key: Counter(actives[task] for task in hub_tasks[key]) for key in keys}
@@ -1853,15 +1858,31 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     def room(key: int, client: str) -> bool:  # one more unit there keeps the key dealable
         return units_of[key].get(client, 0) + 1 + by_active[key][client] <= len(hub_tasks[key])
 
+    sending: dict[int, list[str]] = {}  # per key, the clients its hub sends units to, in order
+
+    def partners(crowded: str) -> Iterable[tuple[int, str]]:
+        for other in keys:
+            if room(other, crowded):
+                if other not in sending:
+                    sending[other] = sorted(client for client, amount in units_of[other].items() if amount)
+                for client in sending[other]:
+                    yield other, client
+
+    budget = TRADE_BUDGET
     for key in crowded_keys:
         units, size = units_of[key], len(hub_tasks[key])
         for crowded in sorted(client for client, tasks in by_active[key].items() if units.get(client, 0) + tasks > size):
             while units[crowded] + by_active[key][crowded] > size:
-                trade = next(((other, client) for other in keys if other != key and room(other, crowded)
-                              for client in sorted(client for client, amount in units_of[other].items() if amount)
-                              if client != crowded and room(key, client)
-                              and over_cap(key, crowded, -1) + over_cap(key, client, 1)
-                              + over_cap(other, client, -1) + over_cap(other, crowded, 1) <= 0), None)
+                trade = None
+                for other, client in partners(crowded):
+                    budget -= 1
+                    if budget < 0:
+                        return  # a crafted group cannot make the search cost more than the trees
+                    if (other != key and units_of[other][client] and client != crowded and room(key, client)
+                            and over_cap(key, crowded, -1) + over_cap(key, client, 1)
+                            + over_cap(other, client, -1) + over_cap(other, crowded, 1) <= 0):
+                        trade = other, client
+                        break
                 if trade is None:
                     return
                 other, client = trade
@@ -1870,6 +1891,9 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
                     units_of[subtopology][taker] = units_of[subtopology].get(taker, 0) + 1
                     held[subtopology, giver] -= 1
                     held[subtopology, taker] += 1
+                for subtopology, taker in ((key, client), (other, crowded)):
+                    if subtopology in sending and taker not in sending[subtopology]:
+                        bisect.insort(sending[subtopology], taker)
 
 
 def _deal_hub_units(bucket_units: Mapping[int, int], client_units: Mapping[int, int], count: int):

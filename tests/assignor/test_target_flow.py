@@ -816,3 +816,37 @@ def test_the_relaxed_active_flow_is_tried_only_when_the_lost_tasks_fit_on_new_me
     clients = [ClientState(id=member, prev_active=frozenset(spec.id for spec in held[member][:count]) if count else frozenset())
                for member, count in members.items()]
     assert target._orphans_fit_on_new_members(Group.of(specs, clients)) is fit
+
+
+def _two_crowded_hubs(held_on_a: int = 0):
+    """Subtopology 0: two hub tasks, both active on client a, its units on a and b (no dealing:
+    neither task may take a). Subtopology 1: two hub tasks active on c, its units on d and e.
+    Caps of one standby per (subtopology, client); ``held_on_a`` standbys of subtopology 1
+    already on a."""
+    tasks = {key: [TaskId(key, 0), TaskId(key, 1)] for key in (0, 1)}
+    actives = {**dict.fromkeys(tasks[0], "a"), **dict.fromkeys(tasks[1], "c")}
+    units_of = {0: {"a": 1, "b": 1}, 1: {"d": 1, "e": 1}}
+    position = {client: index for index, client in enumerate("abcde")}
+    caps = {key: np.ones(5, dtype=np.int64) for key in (0, 1)}
+    picks = [(TaskId(1, 10 + index), "a") for index in range(held_on_a)]
+    return units_of, tasks, actives, picks, caps, position
+
+
+def test_the_hub_trades_a_unit_its_tasks_cannot_take_for_one_another_subtopology_can():
+    units_of, *rest = _two_crowded_hubs()
+    target._trade_hub_units(units_of, *rest)
+    # every client receives as many units as before; each subtopology can now deal its own
+    assert units_of == {0: {"a": 0, "b": 1, "d": 1}, 1: {"a": 1, "d": 0, "e": 1}}
+
+
+def test_the_hub_trades_nothing_that_raises_the_subtopology_excess():
+    units_of, *rest = _two_crowded_hubs(held_on_a=1)  # subtopology 1 is at its cap on a
+    target._trade_hub_units(units_of, *rest)
+    assert units_of == {0: {"a": 1, "b": 1}, 1: {"d": 1, "e": 1}}
+
+
+def test_the_hub_trades_nothing_beyond_its_budget(monkeypatch):
+    monkeypatch.setattr(target, "TRADE_BUDGET", 0)
+    units_of, *rest = _two_crowded_hubs()
+    target._trade_hub_units(units_of, *rest)
+    assert units_of == {0: {"a": 1, "b": 1}, 1: {"d": 1, "e": 1}}
