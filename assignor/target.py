@@ -483,8 +483,9 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
         target = _relaxed_active_target(group, hub_only, ways)
         if target is not None:
             return target
+    receiving = _below_floor(group)
     while True:
-        target, fed, hubs = _capped_active_target(group, hub_only, ways, own_arcs, stays_mostly)
+        target, fed, hubs = _capped_active_target(group, hub_only, ways, own_arcs, stays_mostly, receiving)
         if not fed:
             return target
         own_arcs = hubs.next_round(fed)
@@ -553,10 +554,11 @@ def _active_windows(graph: FlowGraph, group: Group) -> tuple[list[int], list[int
 
 
 def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], own_arcs: frozenset[str] | None,
-                          stays_mostly: bool):
+                          stays_mostly: bool, receiving: Collection[str]):
     """The active flow with every subtopology cap: (target, clients the funnels fed, hubs); the
     target is None when the funnels' flow found no split (solve again, ``next_round``).
-    ``stays_mostly``: solved from every task on its previous owner (``_stays_mostly``)."""
+    ``stays_mostly``: solved from every task on its previous owner (``_stays_mostly``);
+    ``receiving``: ``_below_floor``."""
     graph = FlowGraph()
     clients = group.clients
     stateful_nodes, stateless_nodes, sink = _active_windows(graph, group)
@@ -568,7 +570,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     stateless_array = np.array(stateless_nodes, dtype=np.int64)
     hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
                             lambda key: stateful_array if key[1] else stateless_array,
-                            own_arcs, layer_when_small=True, receiving=_below_floor(group))
+                            own_arcs, layer_when_small=True, receiving=receiving)
     classes = _TaskClasses(units=1, uniform=_tasks_alike((key, owner) for _, key, _, _, owner in ways))
     hub = hubs.hub
     for (key, hub_cost), tasks in hub_only.items():
@@ -1280,21 +1282,10 @@ class _StandbyFlow:
             stateful_actives[actives[task]] += 1
         replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
         standby_share = quotas(len(group.stateful) * per_task, group.threads, limit=len(group.stateful))
-        # per client, the standbys that may stay: previous ones, and previous actives moved away
-        kept: dict[str, int] = defaultdict(int)
-        for task, holders in group.prev_standby_holders.items():
-            for holder in holders:
-                kept[holder] += holder != actives[task]
-        for task in group.stateful:
-            owner = group.prev_active_owner.get(task)
-            if owner is not None and owner != actives[task]:
-                kept[owner] += 1
-        self.receiving = []  # the clients below their floor with what may stay (``_SubtopologyHubs``)
+        self.floors: dict[str, int] = {}  # the standbys each client should take at least
         for client in clients:
             q, share = replicas[client], standby_share[client]
-            floor = max(0, q.floor - stateful_actives[client])
-            if kept[client] < floor:
-                self.receiving.append(client)
+            floor = self.floors[client] = max(0, q.floor - stateful_actives[client])
             ceiling = max(floor, q.ceiling - stateful_actives[client])
             graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
             _prefer_share(graph, replica_node[client], sink, (floor, ceiling), (share.floor, share.ceiling))
@@ -1320,7 +1311,22 @@ class _StandbyFlow:
 
     def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None):
         return _SubtopologyHubs(self.graph, self.counts, self.group.clients, self.group.threads,
-                                lambda key: replica_nodes, own_arcs, receiving=self.receiving)
+                                lambda key: replica_nodes, own_arcs, receiving=self._below_floor())
+
+    def _below_floor(self) -> list[str]:
+        """As the module's ``_below_floor`` for actives: the clients below their standby floor
+        with the standbys that may stay there, previous ones and previous actives moved away
+        (``_SubtopologyHubs``, ``receiving``). Not in the relaxed flow, which has no funnels."""
+        group, actives = self.group, self.actives
+        kept: dict[str, int] = defaultdict(int)
+        for task, holders in group.prev_standby_holders.items():
+            for holder in holders:
+                kept[holder] += holder != actives[task]
+        for task in group.stateful:
+            owner = group.prev_active_owner.get(task)
+            if owner is not None and owner != actives[task]:
+                kept[owner] += 1
+        return [client for client in group.clients if kept[client] < self.floors[client]]
 
     def plant_trees(self, keys: Iterable[int]) -> None:
         """Per subtopology of ``keys``, a segment tree (``_AllButOneHub``) over the clients running its

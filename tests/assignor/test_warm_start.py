@@ -71,7 +71,7 @@ def test_an_orphan_takes_the_chain_through_a_caught_up_standby():
     heads = np.array([3, 4, 3, 4, 3, 4, 5, 5], dtype=np.int64)
     capacities = np.array([1, 1, 1, 1, 1, 1, 2, 2], dtype=np.int64)
     costs = np.array([0, 5, 0, 9, 0, 20, 0, 0], dtype=np.int64)
-    supplies = np.array([1, 1, 1, 0, 0, 0 - 3], dtype=np.int64)
+    supplies = np.array([1, 1, 1, 0, 0, -3], dtype=np.int64)
     flows = warm_start.complete(6, tails, heads, capacities, costs, supplies,
                                 np.array([0, 2], dtype=np.int64), np.array([1, 1], dtype=np.int64))
     assert flows is not None
