@@ -60,12 +60,15 @@ def quotas(total: int, threads: Mapping[str, int], *, limit: int | None = None) 
     at most one replica of each task), which can only matter when there are few tasks.
     """
     capacity = sum(threads.values())
+    by_threads: dict[int, Quota] = {}  # clients of equal threads share one (most groups: one for all)
     result = {}
     for client, t in threads.items():
-        share = Fraction(total * t, capacity) if capacity else Fraction(0)
-        floor = share.numerator // share.denominator
-        ceiling = floor if share.denominator == 1 else floor + 1
-        if limit is not None:
-            floor, ceiling = min(floor, limit), min(ceiling, limit)
-        result[client] = Quota(floor, ceiling)
+        quota = by_threads.get(t)
+        if quota is None:
+            floor, rest = divmod(total * t, capacity) if capacity else (0, 0)
+            ceiling = floor + (rest != 0)
+            if limit is not None:
+                floor, ceiling = min(floor, limit), min(ceiling, limit)
+            quota = by_threads[t] = Quota(floor, ceiling)
+        result[client] = quota
     return result

@@ -440,24 +440,25 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
     held: dict[str, int] = defaultdict(int)
     owners, standbys, ranks, absent = group.prev_active_owner, group.prev_standby_holders, ranking.holders, ranking.absent
     none: frozenset[str] = frozenset()
+    owned = []  # the tasks whose owner is caught up
     for task in group.stateful:  # caught up: rank 0 (ranking.caught_up, inlined: a hot loop)
         task_ranks, rank_absent = ranks[task], absent[task]
         owner = owners.get(task)
         if owner is not None and task_ranks.get(owner, rank_absent) == 0:
             held[owner] += 1
+            owned.append(task)
         for client in standbys.get(task, none):
             if task_ranks.get(client, rank_absent) == 0:
                 held[client] += 1
-    spare = {c: held[c] - ceiling[c].ceiling for c in group.clients}
+    sparing = {c for c in group.clients if held[c] > ceiling[c].ceiling}
+    if not sparing:  # a settled group: every client holds more caught-up replicas than its ceiling
+        return set(owned)
     prone = set()
-    for task in group.stateful:
-        owner = owners.get(task)
-        if owner is None or spare[owner] > 0:
+    for task in owned:
+        if owners[task] in sparing:
             continue
         task_ranks, rank_absent = ranks[task], absent[task]
-        if task_ranks.get(owner, rank_absent) != 0:
-            continue
-        if all(spare[c] <= 0 for c in standbys.get(task, none) if task_ranks.get(c, rank_absent) == 0):
+        if not any(c in sparing and task_ranks.get(c, rank_absent) == 0 for c in standbys.get(task, none)):
             prone.add(task)
     return prone
 
@@ -762,15 +763,15 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
         counts[_group_key(spec)] += 1
     clients = group.clients
     caps = _subtopology_caps(counts, group.threads, clients)
+    crowded, over = _crowding(caps, clients, ((key, client) for _, key, _, special, owner in ways
+                                              for client in ((owner,) if owner is not None else special)))
+    if over > CROWDED_EXCESS_SHARE * len(group.specs):  # known before any graph is built
+        return None
     graph = FlowGraph()
     stateful_nodes, stateless_nodes, sink = _active_windows(graph, group)
     heads = {True: dict(zip(clients, stateful_nodes, strict=True)),
              False: dict(zip(clients, stateless_nodes, strict=True))}
-    pairs = _CrowdedPairs.of(graph, lambda key, client: heads[key[1]][client], caps, clients,
-                             ((key, client) for _, key, _, special, owner in ways
-                              for client in ((owner,) if owner is not None else special)))
-    if pairs.over > CROWDED_EXCESS_SHARE * len(group.specs):
-        return None
+    pairs = _CrowdedPairs(graph, lambda key, client: heads[key[1]][client], crowded, over)
     hub = {True: graph.node(), False: graph.node()}
     hub_arcs = {True: graph.arcs(hub[True], stateful_nodes, BIG_CAPACITY, 0),
                 False: graph.arcs(hub[False], stateless_nodes, BIG_CAPACITY, 0)}
