@@ -76,12 +76,13 @@ class FlowGraph:
         self._costs.extend(arrays[3].tolist())
         return range(start, len(self._tails))
 
-    def solve(self, start: tuple[np.ndarray, np.ndarray] | None = None) -> int:
+    def solve(self, start: tuple[np.ndarray, np.ndarray] | None = None, held: list[int] | None = None) -> int:
         """The optimal flow. ``start`` (arcs, units): a partial flow that is likely close to the
-        optimum (every task where it ran), completed by shortest paths when that is cheaper
-        (``assignor.warm_start``); the optimum is the same either way."""
+        optimum (every task where it ran), which passes on over any arcs but ``held``,
+        completed by shortest paths when that is cheaper (``assignor.warm_start``); the optimum
+        is the same either way."""
         if start is not None and self._tails:
-            flows = self._completed(*start)
+            flows = self._completed(*start, held)
             if flows is not None:
                 self._flows = flows
                 self.optimal_cost = int(np.dot(flows, np.asarray(self._costs, dtype=np.int64)))
@@ -105,7 +106,7 @@ class FlowGraph:
         self.optimal_cost = int(solver.optimal_cost())
         return self.optimal_cost
 
-    def _completed(self, arcs: np.ndarray, units: np.ndarray) -> np.ndarray | None:
+    def _completed(self, arcs: np.ndarray, units: np.ndarray, held: list[int] | None) -> np.ndarray | None:
         supplies = np.zeros(self._node_count, dtype=np.int64)
         if self._supplies:
             np.add.at(supplies, np.fromiter(self._supplies.keys(), dtype=np.int64),
@@ -114,7 +115,8 @@ class FlowGraph:
                                    np.asarray(self._heads, dtype=np.int64),
                                    np.asarray(self._capacities, dtype=np.int64),
                                    np.asarray(self._costs, dtype=np.int64), supplies,
-                                   np.asarray(arcs, dtype=np.int64), np.asarray(units, dtype=np.int64))
+                                   np.asarray(arcs, dtype=np.int64), np.asarray(units, dtype=np.int64),
+                                   None if held is None else np.asarray(held, dtype=np.int64))
 
     def flow(self, arc: int) -> int:
         if self._flows is None:

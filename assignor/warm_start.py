@@ -1,31 +1,34 @@
-"""Completing a partial flow by successive shortest paths: the exact incremental step for a
-small change to a settled group.
+"""Completing a partial flow by primal-dual phases: the exact incremental step for a small
+change to a settled group.
 
 When a member leaves a settled group, every other task may stay where it runs and only the
 leaver's tasks need a home; but KIP-441's preference for caught-up clients ("Iterative Balancing
 Assignments") makes that home a chain of moves through caught-up standbys (A takes the orphan,
 hands one of its own tasks to its caught-up standby B, who hands one on...). OR-Tools' cost
 scaling finds those chains slowly: one member leaving 1,000 clients x 20,000 tasks of 500
-subtopologies took it 6 s (docs/benchmarks.md). Started instead from the flow where every task
-stays, the optimum is a few augmenting paths away, one per orphaned unit.
+subtopologies took it 6 s (docs/benchmarks.md). When members join, the tasks that move go to
+them, most at one price. Started instead from the flow where every task stays, the optimum is
+a few phases away.
 
-``complete`` takes that partial flow (``start``: units on some arcs), routes it on to the sinks
-the cheapest way each node allows, proves it optimal for the units it carries (node potentials
-by Bellman-Ford on its residual graph: no negative cycle), then adds the missing units one
-shortest path at a time (Dijkstra on reduced costs, ``scipy.sparse.csgraph``), keeping the
-potentials. The result is optimal by construction, and checked: every residual arc of the
-final flow has a non-negative reduced cost. Whenever a step cannot be taken (a negative cycle,
-too many units left, a node that cannot pass its units on), it returns None and the caller
-solves from scratch.
+``complete`` takes that partial flow (``start``: units on some arcs), routes it on the cheapest
+way each node allows, but over no ``held`` arc (a unit that finds no arc with room waits where
+it is), proves it optimal for the units it carries (node potentials by Bellman-Ford on its
+residual graph: no negative cycle), then routes the units left in phases: a Dijkstra on reduced
+costs (``scipy.sparse.csgraph``) moves the potentials, and a max flow over the arcs that then
+cost zero carries every unit it can along shortest paths. The result is optimal by
+construction, and checked: every residual arc of the final flow has a non-negative reduced
+cost. Whenever a step cannot be taken (a negative cycle, too many phases), it returns None and
+the caller solves from scratch.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from ortools.graph.python import max_flow
 
-# Units left to route above which a from-scratch solve is cheaper than one path per unit
-# (each path is a Dijkstra over the whole residual graph: about 9 ms at 125,000 arcs, 5 of them the search).
-MAX_PATHS = 64
+# Phases after which a from-scratch solve is cheaper (each is a Dijkstra and a max flow over the
+# whole residual graph: about 11 ms at 115,000 arcs, 5 of them the search).
+MAX_PHASES = 64
 # Bellman-Ford passes after which the start is not proven optimal (a negative cycle, or too
 # long a chain of negative arcs to be worth it).
 MAX_PASSES = 40
@@ -34,10 +37,12 @@ NO_ROOM = np.iinfo(np.int64).max
 
 
 def complete(node_count: int, tails: np.ndarray, heads: np.ndarray, capacities: np.ndarray, costs: np.ndarray,
-             supplies: np.ndarray, start_arcs: np.ndarray, start_units: np.ndarray) -> np.ndarray | None:
+             supplies: np.ndarray, start_arcs: np.ndarray, start_units: np.ndarray,
+             held: np.ndarray | None = None) -> np.ndarray | None:
     """Optimal flows on every arc that satisfy ``supplies`` (per node; positive enters),
-    starting from ``start_units`` on ``start_arcs``; None when the start does not lead there
-    cheaply (see the module's docstring)."""
+    starting from ``start_units`` on ``start_arcs``, which the start passes on over any arcs
+    but ``held``; None when the start does not lead there cheaply (see the module's
+    docstring)."""
     flows = np.zeros(len(tails), dtype=np.int64)
     np.add.at(flows, start_arcs, start_units)
     if (flows > capacities).any():
@@ -45,15 +50,15 @@ def complete(node_count: int, tails: np.ndarray, heads: np.ndarray, capacities: 
     excess = supplies.astype(np.int64).copy()
     np.add.at(excess, tails, -flows)
     np.add.at(excess, heads, flows)
-    if not _route_onwards(flows, excess, tails, heads, capacities, costs, supplies):
-        return None
-    if int(excess[excess > 0].sum()) > MAX_PATHS:
-        return None
+    open_ = capacities.copy()
+    if held is not None:
+        open_[held] = flows[held]
+    _route_onwards(flows, excess, tails, heads, open_, costs, supplies)
     residual = _Residual(node_count, tails, heads, capacities, costs)
     potentials = residual.potentials(flows)
     if potentials is None:
         return None
-    for _ in range(MAX_PATHS):
+    for _ in range(MAX_PHASES):
         if not (excess > 0).any():
             break
         if not residual.augment(flows, excess, potentials):
@@ -63,32 +68,30 @@ def complete(node_count: int, tails: np.ndarray, heads: np.ndarray, capacities: 
     return flows
 
 
-def _route_onwards(flows, excess, tails, heads, capacities, costs, supplies) -> bool:
+def _route_onwards(flows, excess, tails, heads, capacities, costs, supplies) -> None:
     """Pass on every unit that the start left on a node of no supply, over that node's arcs,
-    cheapest first, all such nodes at once, level by level; False when some node cannot pass
-    its units on."""
+    cheapest first, all such nodes at once, level by level; a unit that finds no arc with room
+    waits where it is (an excess the phases route)."""
     order = np.lexsort((costs, tails))
     sorted_tails = tails[order]
     transit = supplies == 0
+    arrived = (excess > 0) & transit
     for _ in range(len(excess)):
-        waiting = (excess > 0) & transit
-        if not waiting.any():
-            return True
-        arcs = order[waiting[sorted_tails]]  # each waiting node's arcs, together, cheapest first
+        if not arrived.any():
+            return
+        arcs = order[arrived[sorted_tails]]  # each node's arcs, together, cheapest first
         arc_tails = tails[arcs]
         room = capacities[arcs] - flows[arcs]
         before = np.cumsum(room) - room
         starts = np.flatnonzero(np.r_[True, arc_tails[1:] != arc_tails[:-1]])
         before -= np.repeat(before[starts], np.diff(np.r_[starts, len(arcs)]))
         given = np.clip(excess[arc_tails] - before, 0, room)
-        sent = np.zeros(len(excess), dtype=np.int64)
-        np.add.at(sent, arc_tails, given)
-        if (sent[waiting] < excess[waiting]).any():
-            return False
         flows[arcs] += given
-        excess[waiting] = 0
+        np.add.at(excess, arc_tails, -given)
+        arrived = np.zeros(len(excess), dtype=bool)
+        arrived[heads[arcs][given > 0]] = True
         np.add.at(excess, heads[arcs], given)
-    return False
+        arrived &= transit & (excess > 0)
 
 
 class _Residual:
@@ -156,8 +159,11 @@ class _Residual:
         return bool((reduced[self.room(flows) > 0] >= 0).all())
 
     def augment(self, flows: np.ndarray, excess: np.ndarray, potentials: np.ndarray) -> bool:
-        """One shortest path from a node with units left to one that lacks them; the potentials
-        move by the distances found, so that reduced costs stay non-negative."""
+        """One phase of the primal-dual method: the distances from the nodes with units left
+        (Dijkstra on reduced costs) move the potentials so that every shortest path to a
+        nearest node lacking units costs zero, then as many units as fit go along such paths
+        (a max flow over the arcs with room that cost zero, among the nodes that near). Every
+        arc it uses costs zero, so reduced costs stay non-negative."""
         from scipy.sparse.csgraph import dijkstra  # see _dijkstra_graph
 
         n = self.node_count
@@ -177,35 +183,35 @@ class _Residual:
         groups = len(self.starts)
         graph.data[:groups] = np.where(usable, best, np.inf)
         graph.data[groups:] = np.where(excess > 0, 0.0, np.inf)
-        distance, predecessor = dijkstra(graph, indices=n, return_predecessors=True)
+        distance = dijkstra(graph, indices=n)[:n]
         lacking = np.flatnonzero(excess < 0)
         reached = lacking[np.isfinite(distance[lacking])]
         if not len(reached):
             return False
-        target = int(reached[np.argmin(distance[reached])])
-        far = distance[target]
-        path = []
-        node = target
-        while predecessor[node] != n:
-            tail = int(predecessor[node])
-            path.append(self._cheapest_position(tail, node, room, reduced))
-            node = tail
-        source = node
-        positions = np.array(path, dtype=np.int64)
-        amount = min(int(room[positions].min()) if len(positions) else 0, int(excess[source]), int(-excess[target]))
-        if amount <= 0:
+        far = distance[reached].min()
+        closer = np.flatnonzero(distance < far)  # the others move by far or not at all: the same
+        shift = np.zeros(n, dtype=np.int64)
+        shift[closer] = np.rint(distance[closer] - far).astype(np.int64)
+        potentials += shift
+        reduced += shift[self.sorted_tails] - shift[self.sorted_heads]
+        near = distance <= far
+        positions = np.flatnonzero((room > 0) & (reduced == 0) & near[self.sorted_tails] & near[self.sorted_heads])
+        sources = np.flatnonzero(excess > 0)
+        moved = _max_flow(n, self.sorted_tails[positions], self.sorted_heads[positions],
+                          np.minimum(room[positions], int(excess[sources].sum())), sources, excess[sources],
+                          lacking, -excess[lacking])
+        used = moved > 0
+        positions, moved = positions[used], moved[used]
+        if not len(positions):
             return False
         arcs = self.order[positions]
-        forward = arcs[arcs < self.arc_count]
-        backward = arcs[arcs >= self.arc_count] - self.arc_count
-        np.add.at(flows, forward, amount)
-        np.add.at(flows, backward, -amount)
-        room[positions] -= amount
-        room[self.position[np.where(arcs < self.arc_count, arcs + self.arc_count, arcs - self.arc_count)]] += amount
-        excess[source] -= amount
-        excess[target] += amount
-        shift = np.rint(np.minimum(distance[:n], far)).astype(np.int64)
-        potentials += shift
+        forward = arcs < self.arc_count
+        np.add.at(flows, arcs[forward], moved[forward])
+        np.add.at(flows, arcs[~forward] - self.arc_count, -moved[~forward])
+        np.add.at(room, positions, -moved)
+        np.add.at(room, self.position[np.where(forward, arcs + self.arc_count, arcs - self.arc_count)], moved)
+        np.add.at(excess, self.sorted_tails[positions], -moved)
+        np.add.at(excess, self.sorted_heads[positions], moved)
         return True
 
     def _dijkstra_graph(self):
@@ -225,11 +231,15 @@ class _Residual:
             self._graph = csr_array((data, columns, indptr), shape=(n + 1, n + 1))
         return self._graph
 
-    def _cheapest_position(self, tail: int, head: int, room: np.ndarray, reduced: np.ndarray) -> int:
-        """The position (in group order) of the cheapest arc with room from ``tail`` to ``head``."""
-        group = int(np.searchsorted(self.pair_keys, tail * (self.node_count + 1) + head))
-        start = self.starts[group]
-        stop = self.starts[group + 1] if group + 1 < len(self.starts) else len(self.order)
-        positions = np.arange(start, stop)
-        positions = positions[room[start:stop] > 0]
-        return int(positions[np.argmin(reduced[positions])])
+
+def _max_flow(node_count: int, tails, heads, capacities, sources, supplies, sinks, demands) -> np.ndarray:
+    """The flows on the arcs of a maximum flow from ``sources`` (at most ``supplies`` out of
+    each) to ``sinks`` (at most ``demands`` into each)."""
+    solver = max_flow.SimpleMaxFlow()
+    source, sink = node_count, node_count + 1
+    arcs = solver.add_arcs_with_capacity(tails.astype(np.int32), heads.astype(np.int32), capacities)
+    solver.add_arcs_with_capacity(np.full(len(sources), source, dtype=np.int32), sources.astype(np.int32), supplies)
+    solver.add_arcs_with_capacity(sinks.astype(np.int32), np.full(len(sinks), sink, dtype=np.int32), demands)
+    if solver.solve(source, sink) != solver.OPTIMAL:
+        return np.zeros(len(tails), dtype=np.int64)
+    return solver.flows(np.asarray(arcs, dtype=np.int32))

@@ -341,19 +341,26 @@ def standby_cost(inst: _Instance, actives: dict, standbys: dict, per_task: int) 
 
 
 class _Recording(FlowGraph):
-    """The target's own graphs, recording each optimum the solver reports."""
+    """The target's own graphs, recording each optimum the solver reports, and for each whether
+    a warm start completed it."""
 
     optima: list[int] = []
+    completed: list[bool] = []
 
-    def solve(self, start=None) -> int:
-        cost = super().solve(start)
+    def solve(self, start=None, held=None) -> int:
+        cost = super().solve(start, held)
         _Recording.optima.append(cost)
         return cost
+
+    def _completed(self, arcs, units, held):
+        flows = super()._completed(arcs, units, held)
+        _Recording.completed.append(flows is not None)
+        return flows
 
 
 def _recorded(call):
     """(result, the optimum of the first graph ``call`` solves (the target's main graph))."""
-    _Recording.optima = []
+    _Recording.optima, _Recording.completed = [], []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(target, "FlowGraph", _Recording)
         result = call()
@@ -415,6 +422,8 @@ def _active_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
         event("chain-prone tasks priced")
     ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
     actives, optimum = _recorded(lambda: target.active_target(index, ranking, CostModel(lag_aware), per_task))
+    if any(_Recording.completed):
+        event("warm start completed: " + ("members joined" if target._joined(index) else "a few left"))
     assert sorted(actives) == sorted(inst.specs)
     assert optimum == reference_active_optimum(inst)
     assert active_cost(inst, actives) == optimum

@@ -2,7 +2,7 @@
 scratch, or give up (None); never a worse or an infeasible flow."""
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from ortools.graph.python import min_cost_flow
 
@@ -45,16 +45,23 @@ def graphs_with_a_start(draw):
     start_arcs = np.array(draw(st.lists(st.sampled_from(first_hops), max_size=6)) if first_hops else [],
                           dtype=np.int64)
     start_units = np.ones(len(start_arcs), dtype=np.int64)
-    return sink + 1, tails, heads, capacities, costs, supplies, start_arcs, start_units
+    into_sink = [index for index, (tail, head, _, _) in enumerate(arcs) if tail >= sources and head == sink]
+    held = np.array(draw(st.lists(st.sampled_from(into_sink), unique=True)) if into_sink else [], dtype=np.int64)
+    return sink + 1, tails, heads, capacities, costs, supplies, start_arcs, start_units, held
 
 
 @settings(max_examples=400, deadline=None)
 @given(graphs_with_a_start())
 def test_a_completed_flow_is_feasible_and_optimal(graph):
-    node_count, tails, heads, capacities, costs, supplies, start_arcs, start_units = graph
-    flows = warm_start.complete(node_count, tails, heads, capacities, costs, supplies, start_arcs, start_units)
+    """Whatever arcs the start may not pass its units over (``held``: the windows above the
+    floors, in the assignor), a completed flow is an optimum."""
+    node_count, tails, heads, capacities, costs, supplies, start_arcs, start_units, held = graph
+    flows = warm_start.complete(node_count, tails, heads, capacities, costs, supplies, start_arcs, start_units,
+                                held)
     if flows is None:
+        event("gave up")
         return
+    event("completed" + (" with held arcs" if len(held) else ""))
     assert ((flows >= 0) & (flows <= capacities)).all()
     balance = np.zeros(node_count, dtype=np.int64)
     np.add.at(balance, tails, flows)
@@ -77,6 +84,26 @@ def test_an_orphan_takes_the_chain_through_a_caught_up_standby():
     assert flows is not None
     assert flows.tolist() == [0, 1, 1, 0, 1, 0, 2, 1]  # x moves to B (5), z takes A (0): cost 5
     assert int(np.dot(flows, costs)) == _optimal_cost(6, tails, heads, capacities, costs, supplies) == 5
+
+
+def test_a_newcomer_takes_what_waits_above_an_old_members_floor():
+    """A (floor 1, ceiling 2) held three tasks; newcomer B has a floor of 1. Filled, A's arcs
+    above its floor would make the start no optimum (B gains its floor reward from a move);
+    held, A's third unit waits at A and one phase hands a task to B."""
+    # nodes: 0-2 tasks x, y, z (owner A), 3 A, 4 B, 5 sink; arcs: each task to A (0) or B (10),
+    # A: floor (-100), ceiling, over (+100); B: floor (-100), ceiling
+    tails = np.array([0, 0, 1, 1, 2, 2, 3, 3, 3, 4, 4], dtype=np.int64)
+    heads = np.array([3, 4, 3, 4, 3, 4, 5, 5, 5, 5, 5], dtype=np.int64)
+    capacities = np.array([1, 1, 1, 1, 1, 1, 1, 1, 9, 1, 1], dtype=np.int64)
+    costs = np.array([0, 10, 0, 10, 0, 10, -100, 0, 100, -100, 0], dtype=np.int64)
+    supplies = np.array([1, 1, 1, 0, 0, -3], dtype=np.int64)
+    staying = np.array([0, 2, 4], dtype=np.int64), np.ones(3, dtype=np.int64)
+    assert warm_start.complete(6, tails, heads, capacities, costs, supplies, *staying) is None  # a negative cycle
+    flows = warm_start.complete(6, tails, heads, capacities, costs, supplies, *staying,
+                                np.array([7, 8], dtype=np.int64))
+    assert flows is not None
+    assert int(np.dot(flows, costs)) == _optimal_cost(6, tails, heads, capacities, costs, supplies) == -190
+    assert flows[[1, 3, 5]].sum() == 1 and flows[9] == 1  # one task moved to B, on its floor
 
 
 def test_a_start_beyond_capacity_is_refused():
