@@ -104,8 +104,18 @@ def solve(problem: AssignmentProblem) -> AssignmentResult:
     return assign(problem.tasks, problem.clients, problem.config)
 
 
+def preload() -> None:
+    """Import now what the assignor loads only when a call first needs it: scipy, for the warm
+    start of a large settled group that changed a little (``assignor.warm_start``). For
+    long-lived processes, such as the server's workers, so that no assignment pays it; not for
+    ``python -m assignor``, most of whose runs never need it."""
+    from assignor import warm_start
+
+    warm_start.preload()
+
+
 __all__ = [
     "LATEST", "UNKNOWN", "Lag", "AssignmentConfig", "AssignmentProblem", "AssignmentResult", "AssignorKind",
     "ClientAssignment", "ClientState", "InvalidInput", "RackAwareStrategy", "Reason", "ReasonCode", "Role",
-    "STRATEGIES", "TaskId", "TaskSpec", "TopicPartition", "assign", "solve",
+    "STRATEGIES", "TaskId", "TaskSpec", "TopicPartition", "assign", "preload", "solve",
 ]

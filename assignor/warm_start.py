@@ -36,6 +36,12 @@ MAX_PASSES = 40
 NO_ROOM = np.iinfo(np.int64).max
 
 
+def preload() -> None:
+    """Import scipy's shortest paths now rather than in the first completion (see
+    ``_dijkstra_graph``): for long-lived processes, such as the server's workers."""
+    import scipy.sparse.csgraph  # noqa: F401
+
+
 def complete(node_count: int, tails: np.ndarray, heads: np.ndarray, capacities: np.ndarray, costs: np.ndarray,
              supplies: np.ndarray, start_arcs: np.ndarray, start_units: np.ndarray,
              held: np.ndarray | None = None) -> np.ndarray | None:

@@ -43,6 +43,9 @@ def environment(assignor_root: str) -> dict[str, str]:
     """A child's environment that imports ``assignor`` from ``assignor_root`` first."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHASHSEED")}
     env["PYTHONPATH"] = assignor_root
+    # as `python -m assignor` and the server's workers run: scipy's BLAS threads (started when
+    # a warm start loads it) would spin on the other core and count in the row's CPU time
+    env["OPENBLAS_NUM_THREADS"] = "1"
     return env
 
 

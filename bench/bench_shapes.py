@@ -21,7 +21,9 @@ the round robin above is not), of which 10% are new (scale-out) or 10%, 2%, 1%, 
 once, and every assignor is timed on that file.
 
 Columns: ``s`` is the median of ``--repeat`` calls of ``assign``, each in a fresh process
-(imports, building the domain objects and a warm-up call excluded), range in brackets; ``RSS
+(imports, those the assignor defers to its first warm start included, building the domain
+objects and a warm-up call excluded: a server's worker process pays them once, at start; one
+BLAS thread, as the server's workers and ``python -m assignor`` run), range in brackets; ``RSS
 MB`` the largest peak of those processes; ``REV s`` / ``ratio``: the same row on the assignor of
 git revision REV, its calls alternating with this code's in the same invocation (the machine's
 speed drifts); ``CPU s`` the CPU time of the same calls (for ``cli`` rows, of the whole
@@ -112,9 +114,15 @@ def time_assign_file(path: str, repeat: int) -> dict:
 
 
 def _timed_calls(specs: list, members: list, config, repeat: int) -> dict:
+    import assignor
     from assignor import assign
 
     assign(specs[:20], members[:3], config)  # warm the imports and the solver
+    preload = getattr(assignor, "preload", None)  # the deferred imports too, as the server's workers do
+    if preload is not None:
+        preload()
+    else:  # an older assignor: the same import, so that neither side's timed call pays it
+        import scipy.sparse.csgraph  # noqa: F401
     times, cpu = [], []
     for _ in range(repeat):
         started, started_cpu = time.perf_counter(), time.process_time()

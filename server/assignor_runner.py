@@ -15,6 +15,7 @@ import asyncio
 import copyreg
 import dataclasses
 import multiprocessing
+import os
 import pickle
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -68,7 +69,12 @@ def _solve_shipped(shipped: tuple[list[bytes], list[bytes], AssignmentConfig]):
 
 
 def _warm() -> None:
-    """Worker initializer: the assignor's imports and the solver, before the first problem."""
+    """Worker initializer: the assignor's imports, those it defers included, and the solver,
+    before the first problem. One BLAS thread: the assignor does no linear algebra, and
+    scipy's BLAS would otherwise start a thread per core at import, which spin for CPU that
+    the server's other processes need."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    assignor.preload()
     assignor.solve(AssignmentProblem(tasks=(), clients=()))
 
 
