@@ -42,7 +42,6 @@ from operator import attrgetter
 
 import numpy as np
 
-from assignor import warm_start
 from assignor.balance import quotas
 from assignor.flow import (
     FUNNEL_PAIRS,
