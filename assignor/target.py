@@ -793,7 +793,7 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     if over > CROWDED_EXCESS_SHARE * len(group.specs):  # known before any graph is built
         return None
     graph = FlowGraph()
-    stateful_nodes, stateless_nodes, sink, _ = _active_windows(graph, group)
+    stateful_nodes, stateless_nodes, sink, above_floors = _active_windows(graph, group)
     heads = {True: dict(zip(clients, stateful_nodes, strict=True)),
              False: dict(zip(clients, stateless_nodes, strict=True))}
     pairs = _CrowdedPairs(graph, lambda key, client: heads[key[1]][client], crowded, over)
@@ -811,7 +811,8 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     classes.build(graph, pairs)
     pairs.close()
     graph.supply(sink, -len(group.specs))
-    graph.solve()
+    warm = graph.arc_count >= WARM_START_ARCS and _joined(group)
+    graph.solve(classes.staying(group.prev_active_owner) if warm else None, held=above_floors)
     keys = {task: _group_key(spec) for task, spec in group.specs.items()}
     keeper = _CapKeeper(caps, keys.__getitem__, group.prev_active_owner, clients)
     return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
