@@ -413,11 +413,9 @@ def share_segments(window: tuple[int, int], share: tuple[int, int]) -> list[tupl
     return [(start - low, -SHARE_PREFERENCE), (stop - start, 0), (high - stop, SHARE_PREFERENCE)]
 
 
-def _prefer_share(graph: FlowGraph, tail: int, head: int, window: tuple[int, int], share: tuple[int, int]) -> None:
+def _prefer_share(graph: FlowGraph, tail: int, head: int, window: tuple[int, int], share: tuple[int, int]) -> list[int]:
     """Arcs from ``tail`` to ``head`` for the units in ``window``, preferring ``share`` among them."""
-    for capacity, price in share_segments(window, share):
-        if capacity:
-            graph.arc(tail, head, capacity, price)
+    return [graph.arc(tail, head, capacity, price) for capacity, price in share_segments(window, share) if capacity]
 
 
 def _group_key(spec: TaskSpec) -> tuple[int, bool]:
@@ -584,7 +582,9 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     hubs.close()
     graph.supply(sink, -len(group.specs))
     warm = stays_mostly and graph.arc_count >= WARM_START_ARCS
-    graph.solve(classes.staying(group.prev_active_owner) if warm else None, held=above_floors)
+    owners = group.prev_active_owner
+    start = classes.staying(lambda task, client: owners.get(task) == client) if warm else None
+    graph.solve(start, held=above_floors)
     fed = hubs.realize(graph)
     if fed:
         return None, fed, hubs
@@ -812,7 +812,9 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     pairs.close()
     graph.supply(sink, -len(group.specs))
     warm = graph.arc_count >= WARM_START_ARCS and _joined(group)
-    graph.solve(classes.staying(group.prev_active_owner) if warm else None, held=above_floors)
+    owners = group.prev_active_owner
+    graph.solve(classes.staying(lambda task, client: owners.get(task) == client) if warm else None,
+                held=above_floors)
     keys = {task: _group_key(spec) for task, spec in group.specs.items()}
     keeper = _CapKeeper(caps, keys.__getitem__, group.prev_active_owner, clients)
     return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
@@ -953,22 +955,30 @@ class _TaskClasses:
         tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
 
-    def staying(self, origin: Mapping[TaskId, str]) -> tuple[list[int], list[int]]:
-        """The flow where every task stays on its ``origin`` client, on the class arcs: (arcs,
-        units), the start of ``FlowGraph.solve``."""
+    def staying(self, stays: Callable[[TaskId, str], bool]) -> tuple[list[int], list[int]]:
+        """The flow where every task stays on the clients ``stays`` names, on the class arcs:
+        (arcs, units), the start of ``FlowGraph.solve``. Actives: the previous owner. Standbys:
+        every client the task ran on, previous holders and owner, even beyond its units (its
+        class then lacks units, and the completion gives up the costliest). With the previous
+        holders alone, a task lagging on one but caught up on its previous owner stayed lagging,
+        a swap the completion's paths cannot make (a negative cycle: every one of the six
+        scale-outs measured, the bench's settled ones among them)."""
         arcs: list[int] = []
         units: list[int] = []
         first = self._arcs.start
         for members in self._classes.values():
             arc = first + members.start + 1
-            if members.anchor is not None:  # every task of an anchored class has it as origin
-                arcs.append(arc)
-                units.append(len(members.tasks))
+            if members.anchor is not None:
+                anchor = members.anchor
+                staying = sum(stays(task, anchor) for task in members.tasks)
+                if staying:
+                    arcs.append(arc)
+                    units.append(staying)
                 arc += 1
             extras = members.extras
             for start, stop in _runs(extras):
                 client = extras[start]
-                staying = sum(origin.get(task) == client for task in extras[start + 2:stop:3])
+                staying = sum(stays(task, client) for task in extras[start + 2:stop:3])
                 if staying:
                     arcs.append(arc)
                     units.append(staying)
@@ -1310,13 +1320,15 @@ class _StandbyFlow:
         replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
         standby_share = quotas(len(group.stateful) * per_task, group.threads, limit=len(group.stateful))
         self.floors: dict[str, int] = {}  # the standbys each client should take at least
+        self.above_floors: list[int] = []  # the windows' arcs above the floors (``_joined``)
         for client in clients:
             q, share = replicas[client], standby_share[client]
             floor = self.floors[client] = max(0, q.floor - stateful_actives[client])
             ceiling = max(floor, q.ceiling - stateful_actives[client])
             graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
-            _prefer_share(graph, replica_node[client], sink, (floor, ceiling), (share.floor, share.ceiling))
-            graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING)
+            self.above_floors += _prefer_share(graph, replica_node[client], sink, (floor, ceiling),
+                                               (share.floor, share.ceiling))
+            self.above_floors.append(graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING))
         self.counts: dict[int, int] = defaultdict(int)
         for task in group.stateful:
             self.counts[task.subtopology] += per_task
@@ -1395,7 +1407,15 @@ class _StandbyFlow:
         self.classes.build(self.graph, self.hubs)
         self.hubs.close()
         self.graph.supply(self.sink, -self.per_task * len(self.group.stateful))
-        self.graph.solve()
+        start = None
+        if self.graph.arc_count >= WARM_START_ARCS and _joined(self.group):
+            holders, owners = self.group.prev_standby_holders, self.group.prev_active_owner
+
+            def ran_on(task: TaskId, client: str) -> bool:
+                return client in holders.get(task, ()) or owners.get(task) == client
+
+            start = self.classes.staying(ran_on)
+        self.graph.solve(start, held=self.above_floors)
 
     def standbys(self, formulation: StandbyFormulation,
                  chosen: dict[TaskId, list[str]]) -> dict[TaskId, tuple[str, ...]] | None:

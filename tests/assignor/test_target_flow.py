@@ -457,6 +457,8 @@ def _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     for formulation in (target.TREE, target.HUB) if per_task == 1 else (target.POOLED_HUB,):
         with _watching_the_hub() as hub:
             result, optimum = _recorded(lambda f=formulation: f.solve(group_index, ranking, costs, actives, per_task))
+        if _Recording.completed[:1] == [True]:
+            event(f"{formulation.name}: warm start completed")
         relaxed = formulation is not target.TREE
         assert optimum == reference_standby_optimum(inst, actives, per_task, relaxed), formulation
         fallback = None
@@ -592,9 +594,9 @@ def test_the_standby_tree_grows_with_the_tasks_not_the_clients():
     sizes = []
 
     class Sized(FlowGraph):
-        def solve(self) -> int:
+        def solve(self, start=None, held=None) -> int:
             sizes.append(self._node_count)
-            return super().solve()
+            return super().solve(start, held)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(target, "FlowGraph", Sized)
