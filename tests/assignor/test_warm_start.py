@@ -1,6 +1,9 @@
 """assignor.warm_start: completing a partial flow must reach the optimum OR-Tools finds from
 scratch, or give up (None); never a worse or an infeasible flow."""
 
+import subprocess
+import sys
+
 import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -110,3 +113,15 @@ def test_a_start_beyond_capacity_is_refused():
     tails, heads = np.array([0], dtype=np.int64), np.array([1], dtype=np.int64)
     one = np.array([1], dtype=np.int64)
     assert warm_start.complete(2, tails, heads, one, one * 0, np.array([1, -1]), np.array([0]), np.array([2])) is None
+
+
+def test_scipy_loads_only_when_preloaded_or_needed():
+    """``import assignor`` leaves scipy unloaded (`python -m assignor` stays cheap for the groups
+    that never need a warm start); ``assignor.preload()``, which the server's workers call at
+    start, loads it."""
+    code = ("import sys, assignor\n"
+            "assert not any(name.startswith('scipy') for name in sys.modules)\n"
+            "assignor.preload()\n"
+            "assert 'scipy.sparse.csgraph' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
