@@ -46,13 +46,14 @@ BIG = 1 << 40
 
 @st.composite
 def settled_groups(draw, max_tasks: int = 18, max_clients: int = 6, max_subtopologies: int = 3,
-                   ring: bool | None = None):
+                   ring: bool | None = None, threads: int | None = None, joined: bool = False):
     """A group some assignment settled: every task with a previous owner, most owners and
     standbys caught up, a few lagging, unknown or without state, plus new clients without state
     (the scale-out case, small). Several tasks of a subtopology share an owner, so classes hold
     many tasks, and tasks of one class may differ only in a price. Standbys sit on random
     clients, or (``ring``) on the clients after the owner, as a settled assignment leaves them:
-    then an owner's tasks share their standby clients (uniform classes)."""
+    then an owner's tasks share their standby clients (uniform classes). ``threads``: every
+    client's, else 1-3 at random; ``joined``: at least one new client."""
     rng = random.Random(draw(st.integers(0, 2**32)))
     subtopologies = draw(st.integers(1, max_subtopologies))
     per = draw(st.integers(1, max(1, max_tasks // subtopologies)))
@@ -63,7 +64,7 @@ def settled_groups(draw, max_tasks: int = 18, max_clients: int = 6, max_subtopol
         changelogs = [None, 1_000_000] + [0] * rng.randint(0, 1) if stateful else [None]
         specs.extend(TaskSpec(TaskId(subtopology, p), stateful, rng.choice(changelogs)) for p in range(per))
     old = [f"c{i}" for i in range(draw(st.integers(1, max_clients)))]
-    new = [f"n{i}" for i in range(draw(st.integers(0, 2)))]
+    new = [f"n{i}" for i in range(draw(st.integers(1 if joined else 0, 2)))]
     standbys = draw(st.integers(0, 3))  # 3: more special clients than the two standbys asked
     ring = draw(st.booleans()) if ring is None else ring
     active = {c: set() for c in old}
@@ -87,7 +88,7 @@ def settled_groups(draw, max_tasks: int = 18, max_clients: int = 6, max_subtopol
             standby[holder].add(spec.id)
             lags[holder][spec.id] = rng.choice([0, 0, 0, 5, ACCEPTABLE_RECOVERY_LAG + 7, UNKNOWN])
     clients = [
-        ClientState(id=c, threads=rng.randint(1, 3), prev_active=frozenset(active.get(c, ())),
+        ClientState(id=c, threads=threads or rng.randint(1, 3), prev_active=frozenset(active.get(c, ())),
                     prev_standby=frozenset(standby.get(c, ())), lags=MappingProxyType(lags[c]))
         for c in old + new
     ]
@@ -427,6 +428,16 @@ def _active_classes_reach_the_per_task_optimum(group, lag_aware, standbys):
     assert sorted(actives) == sorted(inst.specs)
     assert optimum == reference_active_optimum(inst)
     assert active_cost(inst, actives) == optimum
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(group=settled_groups(max_tasks=24, max_clients=7, max_subtopologies=12, threads=1, joined=True),
+       lag_aware=st.booleans(), standbys=st.integers(1, 2))
+def test_members_joining_reach_the_per_task_optima(group, lag_aware, standbys):
+    """Equal threads and a new member: the active and standby flows start from where every task
+    ran (``_joined``), and their completions must reach the per-task optima as any solve does."""
+    _active_classes_reach_the_per_task_optimum(group, lag_aware, standbys)
+    _standby_classes_reach_the_per_task_optimum(group, lag_aware, standbys)
 
 
 @_class_cases(standbys=st.integers(1, 2))
