@@ -11,8 +11,6 @@ from __future__ import annotations
 import numpy as np
 from ortools.graph.python import max_flow, min_cost_flow
 
-from assignor import warm_start
-
 # (subtopologies x clients) pairs from which a (subtopology, client) layer goes through funnels
 FUNNEL_PAIRS = 20_000
 
@@ -79,9 +77,9 @@ class FlowGraph:
     def solve(self, start: tuple[np.ndarray, np.ndarray] | None = None, held: list[int] | None = None) -> int:
         """The optimal flow. ``start`` (arcs, units): a partial flow that is likely close to the
         optimum (every task where it ran), which passes on over any arcs but ``held``,
-        completed by shortest paths when that is cheaper (``assignor.warm_start``); the optimum
-        is the same either way."""
-        if start is not None and self._tails:
+        completed in primal-dual phases when that is cheaper (``assignor.warm_start``: from
+        ``MIN_ARCS`` arcs); the optimum is the same either way."""
+        if start is not None and self._tails and len(self._tails) >= _warm_start().MIN_ARCS:
             flows = self._completed(*start, held)
             if flows is not None:
                 self._flows = flows
@@ -107,6 +105,7 @@ class FlowGraph:
         return self.optimal_cost
 
     def _completed(self, arcs: np.ndarray, units: np.ndarray, held: list[int] | None) -> np.ndarray | None:
+        warm_start = _warm_start()
         supplies = np.zeros(self._node_count, dtype=np.int64)
         if self._supplies:
             np.add.at(supplies, np.fromiter(self._supplies.keys(), dtype=np.int64),
@@ -127,6 +126,14 @@ class FlowGraph:
         if self._flows is None:
             raise FlowError("solve() first")
         return self._flows[arcs.start : arcs.stop]
+
+
+def _warm_start():
+    """``assignor.warm_start``, imported when first used: it builds on this module's
+    ``maximum_flow``."""
+    from assignor import warm_start
+
+    return warm_start
 
 
 def fill_by_demand(demand: np.ndarray, caps: np.ndarray, amount: int) -> np.ndarray:
@@ -192,14 +199,25 @@ def feasible_flow(node_count: int, tails, heads, capacities, sources, supplies, 
     """Flows on the arcs (``tails[i]`` -> ``heads[i]``, at most ``capacities[i]``) that carry
     exactly ``supplies`` out of ``sources`` and ``demands`` into ``sinks`` (equal totals), by a
     max flow; None when no such flow exists."""
+    flows = maximum_flow(node_count, tails, heads, capacities, sources, supplies, sinks, demands)
+    if flows is None or flows[1] < int(np.sum(supplies)):
+        return None
+    return flows[0]
+
+
+def maximum_flow(node_count: int, tails, heads, capacities, sources, supplies, sinks, demands
+                 ) -> tuple[np.ndarray, int] | None:
+    """A maximum flow over the arcs (``tails[i]`` -> ``heads[i]``, at most ``capacities[i]``)
+    from ``sources`` (at most ``supplies`` out of each) to ``sinks`` (at most ``demands`` into
+    each): the flows on the arcs and its value; None when the solver fails."""
     solver = max_flow.SimpleMaxFlow()
     source, sink = node_count, node_count + 1
-    supplies = np.asarray(supplies, dtype=np.int64)
     sources, sinks = np.asarray(sources, dtype=np.int32), np.asarray(sinks, dtype=np.int32)
     arcs = solver.add_arcs_with_capacity(np.asarray(tails, dtype=np.int32), np.asarray(heads, dtype=np.int32),
                                          np.asarray(capacities, dtype=np.int64))
-    solver.add_arcs_with_capacity(np.full(len(sources), source, dtype=np.int32), sources, supplies)
+    solver.add_arcs_with_capacity(np.full(len(sources), source, dtype=np.int32), sources,
+                                  np.asarray(supplies, dtype=np.int64))
     solver.add_arcs_with_capacity(sinks, np.full(len(sinks), sink, dtype=np.int32), np.asarray(demands, dtype=np.int64))
-    if solver.solve(source, sink) != solver.OPTIMAL or solver.optimal_flow() < int(supplies.sum()):
+    if solver.solve(source, sink) != solver.OPTIMAL:
         return None
-    return solver.flows(np.asarray(arcs, dtype=np.int32))
+    return solver.flows(np.asarray(arcs, dtype=np.int32)), int(solver.optimal_flow())

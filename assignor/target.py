@@ -581,10 +581,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
-    warm = stays_mostly and graph.arc_count >= WARM_START_ARCS
-    owners = group.prev_active_owner
-    start = classes.staying(lambda task, client: owners.get(task) == client) if warm else None
-    graph.solve(start, held=above_floors)
+    graph.solve(_on_previous_owners(group, classes) if stays_mostly else None, held=above_floors)
     fed = hubs.realize(graph)
     if fed:
         return None, fed, hubs
@@ -601,6 +598,12 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     return target, frozenset(), hubs
 
 
+def _on_previous_owners(group: Group, classes: _TaskClasses) -> tuple[list[int], list[int]]:
+    """The active flow's warm start: every task on its previous owner (``_TaskClasses.staying``)."""
+    owners = group.prev_active_owner
+    return classes.staying(lambda task, client: owners.get(task) == client)
+
+
 def _below_floor(group: Group) -> list[str]:
     """The clients whose previous actives that stay fall short of their floor: where the tasks
     without a live owner, and those that balance moves, go."""
@@ -614,10 +617,6 @@ def _below_floor(group: Group) -> list[str]:
 STAYING_ORPHANS_SHARE = 0.1
 # Tasks without a live owner up to which a member or a few leaving take the warm start
 FEW_ORPHANS = 64
-# Arcs of the capped active flow from which the warm start runs: below, OR-Tools solves from
-# scratch in a few tens of ms, less than loading scipy (0.11-0.19 s, once per process: a
-# scale-out of 1,000 clients at 1 subtopology, 13,700 arcs, took 0.15 s more with it)
-WARM_START_ARCS = 30_000
 
 
 def _few_left(group: Group) -> bool:
@@ -816,10 +815,7 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     classes.build(graph, pairs)
     pairs.close()
     graph.supply(sink, -len(group.specs))
-    warm = graph.arc_count >= WARM_START_ARCS and _joined(group)
-    owners = group.prev_active_owner
-    graph.solve(classes.staying(lambda task, client: owners.get(task) == client) if warm else None,
-                held=above_floors)
+    graph.solve(_on_previous_owners(group, classes) if _joined(group) else None, held=above_floors)
     keys = {task: _group_key(spec) for task, spec in group.specs.items()}
     keeper = _CapKeeper(caps, keys.__getitem__, group.prev_active_owner, clients)
     return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
@@ -1413,7 +1409,7 @@ class _StandbyFlow:
         self.hubs.close()
         self.graph.supply(self.sink, -self.per_task * len(self.group.stateful))
         start = None
-        if self.graph.arc_count >= WARM_START_ARCS and _joined(self.group):
+        if _joined(self.group):
             holders, owners = self.group.prev_standby_holders, self.group.prev_active_owner
 
             def ran_on(task: TaskId, client: str) -> bool:
@@ -1887,8 +1883,8 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     before, at the same hub prices (a task's hub price does not depend on the client), so the
     flow's cost changes only by the subtopology excess over ``caps`` (per key, in client order
     by ``position``), and a trade is made only when that does not grow. The flow then has a
-    dealable decomposition at the relaxed optimum, hence the exact optimum. A settled group losing 1-3% of its members failed its dealing in 1 or 2
-    subtopologies of 200-300, each with two hub tasks of one active and a unit on it; without
+    dealable decomposition at the relaxed optimum, hence the exact optimum. A settled group
+    losing 1-3% of its members failed its dealing in 1 or 2 subtopologies of 200-300, each with two hub tasks of one active and a unit on it; without
     the trade, a second solve with trees (``_Hub``) took 0.3-0.5 s. The search for partners
     looks at ``TRADE_BUDGET`` cells at most, whatever the group.
     """
