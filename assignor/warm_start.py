@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from assignor.flow import maximum_flow
+from assignor.flow import maximum_flow, potentials
 
 # Arcs below which no start is completed: OR-Tools then solves from scratch in a few tens of
 # ms, less than loading scipy (0.11-0.19 s, once per process: a scale-out of 1,000 clients at
@@ -34,9 +34,6 @@ MIN_ARCS = 30_000
 # Phases after which a from-scratch solve is cheaper (each is a Dijkstra and a max flow over the
 # whole residual graph: about 11 ms at 115,000 arcs, 5 of them the search).
 MAX_PHASES = 64
-# Bellman-Ford passes after which the start is not proven optimal (a negative cycle, or too
-# long a chain of negative arcs to be worth it).
-MAX_PASSES = 40
 # A group weight standing for no arc with room
 NO_ROOM = np.iinfo(np.int64).max
 
@@ -146,24 +143,10 @@ class _Residual:
         return np.concatenate([self.capacities - flows, flows])
 
     def potentials(self, flows: np.ndarray) -> np.ndarray | None:
-        """Node potentials under which every residual arc costs at least zero (Bellman-Ford from
-        every node at once); None when they do not settle within MAX_PASSES."""
+        """Node potentials under which every residual arc costs at least zero
+        (``assignor.flow.potentials``); None when there are none to be found cheaply."""
         open_ = self.room(flows) > 0
-        tails, heads, costs = self.tails[open_], self.heads[open_], self.costs[open_]
-        by_head = np.argsort(heads, kind="stable")
-        tails, heads, costs = tails[by_head], heads[by_head], costs[by_head]
-        if not len(heads):
-            return np.zeros(self.node_count, dtype=np.int64)
-        starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]])
-        targets = heads[starts]
-        distance = np.zeros(self.node_count, dtype=np.int64)
-        for _ in range(MAX_PASSES):
-            best = np.minimum.reduceat(distance[tails] + costs, starts)
-            lower = best < distance[targets]
-            if not lower.any():
-                return distance  # reduced cost: cost + potential(tail) - potential(head)
-            distance[targets[lower]] = best[lower]
-        return None
+        return potentials(self.node_count, self.tails[open_], self.heads[open_], self.costs[open_])
 
     def optimal(self, flows: np.ndarray, potentials: np.ndarray) -> bool:
         reduced = self.costs + potentials[self.tails] - potentials[self.heads]
