@@ -8,14 +8,13 @@ in one call: adding them one by one costs as much as the solve on large groups
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from ortools.graph.python import max_flow, min_cost_flow
 
 # (subtopologies x clients) pairs from which a (subtopology, client) layer goes through funnels
 FUNNEL_PAIRS = 20_000
-# How much cheaper a graph with a ``priority_unit`` prices its priorities in the first solve
-# (``FlowGraph.solve``): cost scaling takes fewer, shorter phases when the costs span less.
-COARSE_FACTOR = 1000
 # Label corrections per arc after which ``potentials`` gives up (a negative cycle, or a
 # certificate dearer than solving again); a pass costs at least a node count / PASS_WORK of them
 # (its fixed numpy calls, when few labels change).
@@ -30,17 +29,19 @@ class FlowError(RuntimeError):
 class FlowGraph:
     """Arcs, supplies and their optimal flow.
 
-    ``priority_unit``: the costs are priorities in one integer, every weight above the ties a
-    multiple of the unit and the ties far below it (``assignor.target``'s weights). OR-Tools'
-    cost scaling then runs phases through every magnitude down from the largest weight, most of
-    them among weights only ties separate: 1% of 1,000 members leaving at 20 subtopologies took
-    1.3 s with the weights as they are, 0.56 s with the priorities priced ``COARSE_FACTOR``
-    times lower. So the graph is first solved so, and that flow kept when it is optimal for the
-    true costs too (``potentials`` certify it); otherwise solved again with the true costs.
+    ``priorities``: the costs are priorities in one integer, given as (weight, coarse weight)
+    pairs from the largest: every cost is a sum of multiples of the weights, plus ties far below
+    the least (``assignor.target``: floors and tiers over moves; ``assignor.rack_flow``: KIP-925
+    cost over target misses over perturbations). OR-Tools' cost scaling runs phases through every
+    magnitude down from the largest cost, most of them among costs only ties separate: 1% of
+    1,000 members leaving at 20 subtopologies took 1.3 s with the weights as they are, 0.56 s
+    with each priced at its coarse weight. So the graph is first solved at the coarse weights,
+    and that flow kept when it is optimal for the true costs too (``potentials`` certify it);
+    otherwise it is solved again at the true costs.
     """
 
-    def __init__(self, priority_unit: int | None = None) -> None:
-        self._priority_unit = priority_unit
+    def __init__(self, priorities: Sequence[tuple[int, int]] = ()) -> None:
+        self._priorities = tuple(priorities)
         self._tails: list[int] = []
         self._heads: list[int] = []
         self._capacities: list[int] = []
@@ -104,8 +105,8 @@ class FlowGraph:
             if flows is not None:
                 return self._keep(flows, np.asarray(self._costs, dtype=np.int64))
         costs = np.asarray(self._costs, dtype=np.int64)
-        if self._priority_unit is not None and self._tails:
-            flows = self._min_cost_flow(_coarse(costs, self._priority_unit))
+        if self._priorities and self._tails:
+            flows = self._min_cost_flow(_coarse(costs, self._priorities))
             if certified(self._node_count, self._tails, self._heads, self._capacities, costs, flows):
                 return self._keep(flows, costs)
         return self._keep(self._min_cost_flow(costs), costs)
@@ -159,11 +160,15 @@ class FlowGraph:
         return self._flows[arcs.start : arcs.stop]
 
 
-def _coarse(costs: np.ndarray, unit: int) -> np.ndarray:
-    """``costs`` with every multiple of ``unit`` in them divided by ``COARSE_FACTOR`` and the
-    rest (the ties, within half a unit) kept."""
-    priorities = (costs + unit // 2) // unit * unit
-    return priorities // COARSE_FACTOR + (costs - priorities)
+def _coarse(costs: np.ndarray, priorities: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """``costs`` with each priority's multiple priced at its coarse weight, the ties kept."""
+    coarse = np.zeros_like(costs)
+    rest = costs
+    for weight, coarse_weight in priorities:
+        multiple = (rest + weight // 2) // weight
+        rest = rest - multiple * weight
+        coarse += multiple * coarse_weight
+    return coarse + rest
 
 
 def certified(node_count: int, tails, heads, capacities, costs: np.ndarray, flows: np.ndarray) -> bool:

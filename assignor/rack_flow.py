@@ -105,6 +105,12 @@ class PlacementProblem:
         return (3 * len(self.target) + 1) * self.miss_scale
 
     @property
+    def priorities(self) -> tuple[tuple[int, int], ...]:
+        """The weights of the costs' priorities, each with the one a first, coarse solve prices it
+        at (``FlowGraph``): above a few arcs' lower terms rather than above all of them."""
+        return (self.tie_scale, 1 << 16), (self.miss_scale, 1 << 8)
+
+    @property
     def holders(self) -> np.ndarray:
         return self.holder if self.holder is not None else np.full(len(self.target), -1, dtype=np.int64)
 
@@ -188,7 +194,7 @@ def solve_capped(problem: PlacementProblem, own_nodes: np.ndarray | None = None,
         return np.zeros(0, dtype=np.int64)
     keys, key_count, caps = _caps(problem)
     rows = rows if rows is not None else _Rows(problem, keys)
-    graph = FlowGraph()
+    graph = FlowGraph(problem.priorities)
     class_nodes = np.asarray(graph.nodes(rows.count))
     # A row with several special clients hangs off its class through a node of its own.
     row_nodes = class_nodes[rows.class_of]
@@ -277,7 +283,7 @@ def _uncapped_round(problem: PlacementProblem, rows: _Rows, guarded: np.ndarray,
     per client left for those)."""
     tasks, racks = problem.cross.shape
     clients = len(problem.client_rack)
-    graph = FlowGraph()
+    graph = FlowGraph(problem.priorities)
     class_nodes = np.asarray(graph.nodes(rows.count))
     row_nodes = class_nodes[rows.class_of]
     row_nodes[rows.several] = graph.nodes(int(rows.several.sum()))
@@ -648,7 +654,7 @@ def solve_full(problem: PlacementProblem) -> np.ndarray:
     if tasks == 0:
         return np.zeros(0, dtype=np.int64)
     keys, key_count, caps = _caps(problem)
-    graph = FlowGraph()
+    graph = FlowGraph(problem.priorities)
     task_nodes = np.asarray(graph.nodes(tasks))
     key_client = np.asarray(graph.nodes(key_count * clients)).reshape(key_count, clients)
     client_nodes = np.asarray(graph.nodes(clients))

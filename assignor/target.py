@@ -64,9 +64,9 @@ STATEFUL_FLOOR = 10**8
 OVER_CEILING = 4 * 10**8  # only when constraints leave no other way
 TIER_COST = {Tier.CAUGHT_UP: 0, Tier.LAGGING: 10_000_000, Tier.UNKNOWN: 12_000_000, Tier.NO_STATE: 15_000_000}
 MOVE = 10
-# Every weight above the ties (floors, ceilings, tiers) is a multiple of it, the ties (MOVE and
-# below, at most a few per arc) far below: what ``FlowGraph`` needs to solve cheaply first.
-PRIORITY_UNIT = 10**6
+# Every weight above the ties (floors, ceilings, tiers) is a multiple of 10**6, the ties (MOVE
+# and below, a few per arc) far below: ``FlowGraph`` solves first with that unit priced 10**3.
+PRIORITIES = ((10**6, 10**3),)
 # TIER_COST of a non-zero rank by its residue mod 4 (ranking.tier_of): lagging, unknown, no state
 _TIER_BY_RESIDUE = (TIER_COST[Tier.LAGGING], TIER_COST[Tier.UNKNOWN], TIER_COST[Tier.NO_STATE], None)
 SUBTOPOLOGY_EXCESS = 1
@@ -563,7 +563,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     target is None when the funnels' flow found no split (solve again, ``next_round``).
     ``stays_mostly``: solved from every task on its previous owner (``_few_left``, ``_joined``);
     ``receiving``: ``_below_floor``."""
-    graph = FlowGraph(PRIORITY_UNIT)
+    graph = FlowGraph(PRIORITIES)
     clients = group.clients
     stateful_nodes, stateless_nodes, sink, above_floors = _active_windows(graph, group)
     counts: dict[tuple[int, bool], int] = defaultdict(int)
@@ -799,7 +799,7 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
                                               for client in ((owner,) if owner is not None else special)))
     if over > CROWDED_EXCESS_SHARE * len(group.specs):  # known before any graph is built
         return None
-    graph = FlowGraph(PRIORITY_UNIT)
+    graph = FlowGraph(PRIORITIES)
     stateful_nodes, stateless_nodes, sink, above_floors = _active_windows(graph, group)
     heads = {True: dict(zip(clients, stateful_nodes, strict=True)),
              False: dict(zip(clients, stateless_nodes, strict=True))}
@@ -1314,7 +1314,7 @@ class _StandbyFlow:
                  per_task: int, own_arcs: frozenset[str] | None = None, ways: _StandbyWays | None = None) -> None:
         self.group, self.ranking, self.costs, self.actives, self.per_task = group, ranking, costs, actives, per_task
         self._ways = ways
-        self.graph = graph = FlowGraph(PRIORITY_UNIT)
+        self.graph = graph = FlowGraph(PRIORITIES)
         clients = group.clients
         replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
         self.sink = sink = graph.node()

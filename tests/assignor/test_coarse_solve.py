@@ -1,6 +1,6 @@
-"""assignor.flow: a graph whose costs are priorities (``priority_unit``) is solved first with the
-priorities priced lower; that flow is kept only when potentials certify it optimal for the
-true costs. Either way the optimum is OR-Tools' on the true costs."""
+"""assignor.flow: a graph whose costs are priorities (``FlowGraph(priorities)``) is solved first
+with the priorities priced lower; that flow is kept only when potentials certify it optimal for
+the true costs. Either way the optimum is OR-Tools' on the true costs."""
 
 import numpy as np
 from hypothesis import event, given, settings
@@ -10,10 +10,11 @@ from assignor import flow
 from assignor.flow import FlowGraph, certified, potentials
 
 UNIT = 10**6
+PRIORITIES = ((UNIT, 1000),)  # as assignor.target's
 
 
-def _build(node_count, arcs, supplies, priority_unit=None) -> FlowGraph:
-    graph = FlowGraph(priority_unit)
+def _build(node_count, arcs, supplies, priorities=()) -> FlowGraph:
+    graph = FlowGraph(priorities)
     graph.nodes(node_count)
     for tail, head, capacity, cost in arcs:
         graph.arc(tail, head, capacity, cost)
@@ -61,7 +62,7 @@ def test_the_coarse_solve_reaches_the_true_optimum(graph):
 
     flow.certified = recording
     try:
-        coarse = _build(node_count, arcs, supplies, UNIT)
+        coarse = _build(node_count, arcs, supplies, PRIORITIES)
         cost = coarse.solve()
     finally:
         flow.certified = real_certified
@@ -79,7 +80,7 @@ def test_ties_the_coarse_prices_overweigh_are_solved_again():
     hops = 80
     arcs = [(0, hops, 1, UNIT)] + [(node, node + 1, 1, 13) for node in range(hops)]
     supplies = [1] + [0] * (hops - 1) + [-1]
-    graph = _build(hops + 1, arcs, supplies, UNIT)
+    graph = _build(hops + 1, arcs, supplies, PRIORITIES)
     assert graph.solve() == hops * 13
     assert graph.flow(0) == 0
     coarse_flows = np.array([1] + [0] * hops)  # what the coarse prices make optimal
