@@ -1352,6 +1352,11 @@ class _StandbyFlow:
             self._ways = standby_ways(self.group, self.ranking, self.costs, self.actives)
         return self._ways
 
+    @property
+    def known_ways(self) -> _StandbyWays | None:
+        """``ways`` if some step needed them (for the next flow to reuse), without computing them."""
+        return self._ways
+
     def _hubs(self, replica_nodes: np.ndarray, own_arcs: frozenset[str] | None):
         return _SubtopologyHubs(self.graph, self.counts, self.group.clients, self.group.threads,
                                 lambda key: replica_nodes, own_arcs, receiving=self._below_floor())
@@ -1585,7 +1590,7 @@ class StandbyFormulation:
             while True:
                 flow = _StandbyFlow(group, ranking, costs, actives, per_task, own_arcs, ways)
                 self.build(flow, trees)
-                ways = flow._ways  # for the next rounds, once the first needed them
+                ways = flow.known_ways  # for the next rounds
                 flow.solve()
                 fed = flow.hubs.realize(flow.graph)
                 if not fed:
