@@ -160,6 +160,30 @@ class FlowGraph:
         return self._flows[arcs.start : arcs.stop]
 
 
+class ArcBatch:
+    """Arcs for ``graph`` collected as arrays and loaded in one ``FlowGraph.arcs`` call, in the
+    order given; ``arcs`` returns the ids they will have."""
+
+    def __init__(self, graph: FlowGraph) -> None:
+        self._graph = graph
+        self._next = graph.arc_count
+        self._parts: list[tuple[np.ndarray, ...]] = []
+
+    def arcs(self, tails, heads: np.ndarray, capacities, costs) -> range:
+        count = len(heads)
+        self._parts.append(tuple(np.broadcast_to(np.asarray(values, dtype=np.int64), count)
+                                 for values in (tails, heads, capacities, costs)))
+        self._next += count
+        return range(self._next - count, self._next)
+
+    def load(self) -> None:
+        if self._parts:
+            start = self._graph.arcs(*(np.concatenate(column) for column in zip(*self._parts, strict=True))).start
+            if start + sum(len(part[0]) for part in self._parts) != self._next:
+                raise FlowError("arcs were added to the graph while a batch was open")
+        self._parts = []
+
+
 def _coarse(costs: np.ndarray, priorities: tuple[tuple[int, int], ...]) -> np.ndarray:
     """``costs`` with each priority's multiple priced at its coarse weight, the ties kept."""
     coarse = np.zeros_like(costs)

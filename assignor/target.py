@@ -45,6 +45,7 @@ import numpy as np
 from assignor.balance import quotas
 from assignor.flow import (
     FUNNEL_PAIRS,
+    ArcBatch,
     FlowError,
     FlowGraph,
     feasible_flow,
@@ -279,25 +280,30 @@ class _SubtopologyHubs:
                 self.own_arcs = frozenset(idle).union(receiving)
                 self._funnelled[[self._position[client] for client in self.own_arcs]] = False
         funnels: dict[int, list] = defaultdict(list)  # keys by downstream (head arrays are equal or disjoint)
+        layer = ArcBatch(graph)  # every key's arcs in one bulk load: thousands of small ones cost more
+        is_inner = np.zeros(len(self._clients), dtype=bool)
         for key, hub in self.hub.items():
             heads, caps, nodes = self._downstream(key), self._caps[key], self._node[key]
             inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
             inner_nodes = np.array(list(nodes.values()), dtype=np.int64)
-            outer = np.setdiff1d(everyone, inner) if len(inner) else everyone
-            graph.arcs(inner_nodes, heads[inner], caps[inner], 0)
-            graph.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            is_inner[inner] = True
+            outer = everyone[~is_inner]
+            is_inner[inner] = False
+            layer.arcs(inner_nodes, heads[inner], caps[inner], 0)
+            layer.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
             detached = self._detached.get(key)
             if detached:
                 fed = np.array([client not in detached for client in nodes], dtype=bool)
                 inner, inner_nodes = inner[fed], inner_nodes[fed]
-            via_node = graph.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
+            via_node = layer.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
             funnelled = outer[self._funnelled[outer]]
             outer = outer[~self._funnelled[outer]]
-            free = graph.arcs(hub, heads[outer], caps[outer], 0)
-            excess = graph.arcs(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            free = layer.arcs(hub, heads[outer], caps[outer], 0)
+            excess = layer.arcs(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
             self._entries[key] = (inner, via_node, outer, free, excess, funnelled)
             if len(funnelled):
                 funnels[int(heads[0])].append(key)
+        layer.load()
         for keys in funnels.values():
             heads = self._downstream(keys[0])
             funnel, overflow = graph.node(), graph.node()
