@@ -9,6 +9,7 @@ in one call: adding them one by one costs as much as the solve on large groups
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from ortools.graph.python import max_flow, min_cost_flow
@@ -24,6 +25,15 @@ PASS_WORK = 16
 
 class FlowError(RuntimeError):
     """The solver found no feasible flow; a bug in how a graph was built, not bad input."""
+
+
+class _Arcs(NamedTuple):
+    """A graph's arcs as arrays, converted once per solve."""
+
+    tails: np.ndarray
+    heads: np.ndarray
+    capacities: np.ndarray
+    costs: np.ndarray
 
 
 class FlowGraph:
@@ -100,31 +110,28 @@ class FlowGraph:
         optimum (every task where it ran), which passes on over any arcs but ``held``,
         completed in primal-dual phases when that is cheaper (``assignor.warm_start``: from
         ``MIN_ARCS`` arcs); the optimum is the same either way."""
+        arcs = _Arcs(*(np.asarray(values, dtype=np.int64)
+                       for values in (self._tails, self._heads, self._capacities, self._costs)))
         if start is not None and self._tails and len(self._tails) >= _warm_start().MIN_ARCS:
-            flows = self._completed(*start, held)
+            flows = self._completed(arcs, *start, held)
             if flows is not None:
-                return self._keep(flows, np.asarray(self._costs, dtype=np.int64))
-        costs = np.asarray(self._costs, dtype=np.int64)
+                return self._keep(flows, arcs.costs)
         if self._priorities and self._tails:
-            flows = self._min_cost_flow(_coarse(costs, self._priorities))
-            if certified(self._node_count, self._tails, self._heads, self._capacities, costs, flows):
-                return self._keep(flows, costs)
-        return self._keep(self._min_cost_flow(costs), costs)
+            flows = self._min_cost_flow(arcs, _coarse(arcs.costs, self._priorities))
+            if certified(self._node_count, arcs.tails, arcs.heads, arcs.capacities, arcs.costs, flows):
+                return self._keep(flows, arcs.costs)
+        return self._keep(self._min_cost_flow(arcs, arcs.costs), arcs.costs)
 
     def _keep(self, flows: np.ndarray, costs: np.ndarray) -> int:
         self._flows = flows
         self.optimal_cost = int(np.dot(flows, costs))
         return self.optimal_cost
 
-    def _min_cost_flow(self, costs: np.ndarray) -> np.ndarray:
+    def _min_cost_flow(self, arcs: _Arcs, costs: np.ndarray) -> np.ndarray:
         solver = min_cost_flow.SimpleMinCostFlow()
         if self._tails:
-            solver.add_arcs_with_capacity_and_unit_cost(
-                np.asarray(self._tails, dtype=np.int32),
-                np.asarray(self._heads, dtype=np.int32),
-                np.asarray(self._capacities, dtype=np.int64),
-                costs,
-            )
+            solver.add_arcs_with_capacity_and_unit_cost(arcs.tails.astype(np.int32), arcs.heads.astype(np.int32),
+                                                        arcs.capacities, costs)
         if self._supplies:
             nodes = np.fromiter(self._supplies.keys(), dtype=np.int32)
             amounts = np.fromiter(self._supplies.values(), dtype=np.int64)
@@ -136,17 +143,14 @@ class FlowGraph:
             return np.zeros(0, dtype=np.int64)
         return solver.flows(np.arange(len(self._tails), dtype=np.int32))
 
-    def _completed(self, arcs: np.ndarray, units: np.ndarray, held: list[int] | None) -> np.ndarray | None:
+    def _completed(self, arcs: _Arcs, start_arcs, start_units, held: list[int] | None) -> np.ndarray | None:
         warm_start = _warm_start()
         supplies = np.zeros(self._node_count, dtype=np.int64)
         if self._supplies:
             np.add.at(supplies, np.fromiter(self._supplies.keys(), dtype=np.int64),
                       np.fromiter(self._supplies.values(), dtype=np.int64))
-        return warm_start.complete(self._node_count, np.asarray(self._tails, dtype=np.int64),
-                                   np.asarray(self._heads, dtype=np.int64),
-                                   np.asarray(self._capacities, dtype=np.int64),
-                                   np.asarray(self._costs, dtype=np.int64), supplies,
-                                   np.asarray(arcs, dtype=np.int64), np.asarray(units, dtype=np.int64),
+        return warm_start.complete(self._node_count, arcs.tails, arcs.heads, arcs.capacities, arcs.costs, supplies,
+                                   np.asarray(start_arcs, dtype=np.int64), np.asarray(start_units, dtype=np.int64),
                                    None if held is None else np.asarray(held, dtype=np.int64))
 
     def flow(self, arc: int) -> int:
@@ -178,9 +182,9 @@ class ArcBatch:
 
     def load(self) -> None:
         if self._parts:
-            start = self._graph.arcs(*(np.concatenate(column) for column in zip(*self._parts, strict=True))).start
-            if start + sum(len(part[0]) for part in self._parts) != self._next:
-                raise FlowError("arcs were added to the graph while a batch was open")
+            self._graph.arcs(*(np.concatenate(column) for column in zip(*self._parts, strict=True)))
+        if self._graph.arc_count != self._next:
+            raise FlowError("arcs were added to the graph while a batch was open")
         self._parts = []
 
 
@@ -198,12 +202,19 @@ def _coarse(costs: np.ndarray, priorities: tuple[tuple[int, int], ...]) -> np.nd
 def certified(node_count: int, tails, heads, capacities, costs: np.ndarray, flows: np.ndarray) -> bool:
     """Whether ``flows`` is a min-cost flow: its residual graph has node potentials under which
     no arc costs less than zero (then no negative cycle can lower its cost)."""
+    return residual_potentials(node_count, tails, heads, capacities, costs, flows) is not None
+
+
+def residual_potentials(node_count: int, tails, heads, capacities, costs: np.ndarray,
+                        flows: np.ndarray) -> np.ndarray | None:
+    """``potentials`` of the residual graph of ``flows``: each arc with room forward at its cost,
+    each arc carrying flow backward at minus its cost."""
     tails, heads = np.asarray(tails, dtype=np.int64), np.asarray(heads, dtype=np.int64)
     forward = flows < np.asarray(capacities, dtype=np.int64)
     backward = flows > 0
     return potentials(node_count, np.concatenate([tails[forward], heads[backward]]),
                       np.concatenate([heads[forward], tails[backward]]),
-                      np.concatenate([costs[forward], -costs[backward]])) is not None
+                      np.concatenate([costs[forward], -costs[backward]]))
 
 
 def potentials(node_count: int, tails: np.ndarray, heads: np.ndarray, costs: np.ndarray) -> np.ndarray | None:

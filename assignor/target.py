@@ -1898,8 +1898,9 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     flow's cost changes only by the subtopology excess over ``caps`` (per key, in client order
     by ``position``), and a trade is made only when that does not grow. The flow then has a
     dealable decomposition at the relaxed optimum, hence the exact optimum. A settled group
-    losing 1-3% of its members failed its dealing in 1 or 2 subtopologies of 200-300, each with two hub tasks of one active and a unit on it; without
-    the trade, a second solve with trees (``_Hub``) took 0.3-0.5 s. The search for partners
+    losing 1-3% of its members failed its dealing in 1 or 2 subtopologies of 200-300, each with
+    two hub tasks of one active and a unit on it; without the trade, a second solve with trees
+    (``_Hub``) took 0.3-0.5 s. The search for partners
     looks at ``TRADE_BUDGET`` cells at most, whatever the group.
     """
     keys = sorted(key for key in hub_tasks if key in units_of)

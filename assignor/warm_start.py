@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from assignor.flow import maximum_flow, potentials
+from assignor.flow import maximum_flow, residual_potentials
 
 # Arcs below which no start is completed: OR-Tools then solves from scratch in a few tens of
 # ms, less than loading scipy (0.11-0.19 s, once per process: a scale-out of 1,000 clients at
@@ -125,7 +125,6 @@ class _Residual:
         self.sorted_capacities = capacities[self.sorted_base]
         pair = self.sorted_tails * (node_count + 1) + self.sorted_heads
         self.starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
-        self.pair_keys = pair[self.starts]
         self.group_tails = self.sorted_tails[self.starts]
         self.group_heads = self.sorted_heads[self.starts]
         sizes = np.diff(np.r_[self.starts, len(self.order)])
@@ -144,9 +143,10 @@ class _Residual:
 
     def potentials(self, flows: np.ndarray) -> np.ndarray | None:
         """Node potentials under which every residual arc costs at least zero
-        (``assignor.flow.potentials``); None when there are none to be found cheaply."""
-        open_ = self.room(flows) > 0
-        return potentials(self.node_count, self.tails[open_], self.heads[open_], self.costs[open_])
+        (``assignor.flow.residual_potentials``); None when there are none to be found cheaply."""
+        m = self.arc_count
+        return residual_potentials(self.node_count, self.tails[:m], self.heads[:m], self.capacities,
+                                   self.costs[:m], flows)
 
     def optimal(self, flows: np.ndarray, potentials: np.ndarray) -> bool:
         reduced = self.costs + potentials[self.tails] - potentials[self.heads]

@@ -353,8 +353,8 @@ class _Recording(FlowGraph):
         _Recording.optima.append(cost)
         return cost
 
-    def _completed(self, arcs, units, held):
-        flows = super()._completed(arcs, units, held)
+    def _completed(self, arcs, start_arcs, start_units, held):
+        flows = super()._completed(arcs, start_arcs, start_units, held)
         _Recording.completed.append(flows is not None)
         return flows
 
