@@ -1,9 +1,9 @@
 """A thin builder over OR-Tools' min-cost-flow solver, loading arcs in bulk.
 
 Every optimisation in the assignor (balanced targets, KIP-925 rack-aware placement) is a
-min-cost flow. Arcs are collected in Python lists and handed to the solver as numpy arrays
-in one call: adding them one by one costs as much as the solve on large groups
-(docs/dependencies.md, environment facts).
+min-cost flow. Arcs are collected in numpy arrays (single arcs in a Python list until the
+next bulk call) and handed to the solver in one call: adding them one by one costs as much as
+the solve on large groups (docs/dependencies.md, environment facts).
 """
 
 from __future__ import annotations
@@ -52,10 +52,9 @@ class FlowGraph:
 
     def __init__(self, priorities: Sequence[tuple[int, int]] = ()) -> None:
         self._priorities = tuple(priorities)
-        self._tails: list[int] = []
-        self._heads: list[int] = []
-        self._capacities: list[int] = []
-        self._costs: list[int] = []
+        self._chunks: list[tuple[np.ndarray, ...]] = []  # (tails, heads, capacities, costs) in bulk
+        self._single: list[int] = []  # tail, head, capacity and cost of each arc since the last chunk
+        self._arc_count = 0
         self._supplies: dict[int, int] = {}
         self._node_count = 0
         self._flows: np.ndarray | None = None
@@ -72,7 +71,7 @@ class FlowGraph:
 
     @property
     def arc_count(self) -> int:
-        return len(self._tails)
+        return self._arc_count
 
     def supply(self, node: int, amount: int) -> None:
         """Positive amounts enter the network at ``node``, negative ones leave it."""
@@ -84,39 +83,45 @@ class FlowGraph:
             self._supplies[node] = self._supplies.get(node, 0) + amount
 
     def arc(self, tail: int, head: int, capacity: int, cost: int) -> int:
-        self._tails.append(tail)
-        self._heads.append(head)
-        self._capacities.append(capacity)
-        self._costs.append(cost)
-        return len(self._tails) - 1
+        self._single += (tail, head, capacity, cost)
+        self._arc_count += 1
+        return self._arc_count - 1
 
     def arcs(self, tails, heads, capacities, costs) -> range:
         """Add many arcs at once; any argument may be a scalar broadcast to the others' length."""
-        arrays = np.broadcast_arrays(
-            np.asarray(tails, dtype=np.int64),
-            np.asarray(heads, dtype=np.int64),
-            np.asarray(capacities, dtype=np.int64),
-            np.asarray(costs, dtype=np.int64),
-        )
-        start = len(self._tails)
-        self._tails.extend(arrays[0].tolist())
-        self._heads.extend(arrays[1].tolist())
-        self._capacities.extend(arrays[2].tolist())
-        self._costs.extend(arrays[3].tolist())
-        return range(start, len(self._tails))
+        columns = [np.array(values, dtype=np.int64) for values in (tails, heads, capacities, costs)]  # copies
+        count = next(len(column) for column in columns if column.ndim)
+        self._close_single()
+        self._chunks.append(tuple(column if column.ndim else np.full(count, column) for column in columns))
+        start = self._arc_count
+        self._arc_count += count
+        return range(start, self._arc_count)
+
+    def _close_single(self) -> None:
+        if self._single:
+            rows = np.array(self._single, dtype=np.int64).reshape(-1, 4)
+            self._chunks.append(tuple(np.ascontiguousarray(column) for column in rows.T))
+            self._single = []
+
+    def _arrays(self) -> _Arcs:
+        self._close_single()
+        if not self._chunks:
+            return _Arcs(*(np.zeros(0, dtype=np.int64) for _ in range(4)))
+        if len(self._chunks) > 1:
+            self._chunks = [tuple(np.concatenate(column) for column in zip(*self._chunks, strict=True))]
+        return _Arcs(*self._chunks[0])
 
     def solve(self, start: tuple[np.ndarray, np.ndarray] | None = None, held: list[int] | None = None) -> int:
         """The optimal flow. ``start`` (arcs, units): a partial flow that is likely close to the
         optimum (every task where it ran), which passes on over any arcs but ``held``,
         completed in primal-dual phases when that is cheaper (``assignor.warm_start``: from
         ``MIN_ARCS`` arcs); the optimum is the same either way."""
-        arcs = _Arcs(*(np.asarray(values, dtype=np.int64)
-                       for values in (self._tails, self._heads, self._capacities, self._costs)))
-        if start is not None and self._tails and len(self._tails) >= _warm_start().MIN_ARCS:
+        arcs = self._arrays()
+        if start is not None and self._arc_count and self._arc_count >= _warm_start().MIN_ARCS:
             flows = self._completed(arcs, *start, held)
             if flows is not None:
                 return self._keep(flows, arcs.costs)
-        if self._priorities and self._tails:
+        if self._priorities and self._arc_count:
             flows = self._min_cost_flow(arcs, _coarse(arcs.costs, self._priorities))
             if certified(self._node_count, arcs.tails, arcs.heads, arcs.capacities, arcs.costs, flows):
                 return self._keep(flows, arcs.costs)
@@ -129,7 +134,7 @@ class FlowGraph:
 
     def _min_cost_flow(self, arcs: _Arcs, costs: np.ndarray) -> np.ndarray:
         solver = min_cost_flow.SimpleMinCostFlow()
-        if self._tails:
+        if self._arc_count:
             solver.add_arcs_with_capacity_and_unit_cost(arcs.tails.astype(np.int32), arcs.heads.astype(np.int32),
                                                         arcs.capacities, costs)
         if self._supplies:
@@ -139,9 +144,9 @@ class FlowGraph:
         status = solver.solve()
         if status != solver.OPTIMAL:
             raise FlowError(f"min-cost flow not solved: status {status}")
-        if not self._tails:
+        if not self._arc_count:
             return np.zeros(0, dtype=np.int64)
-        return solver.flows(np.arange(len(self._tails), dtype=np.int32))
+        return solver.flows(np.arange(self._arc_count, dtype=np.int32))
 
     def _completed(self, arcs: _Arcs, start_arcs, start_units, held: list[int] | None) -> np.ndarray | None:
         warm_start = _warm_start()
@@ -162,30 +167,6 @@ class FlowGraph:
         if self._flows is None:
             raise FlowError("solve() first")
         return self._flows[arcs.start : arcs.stop]
-
-
-class ArcBatch:
-    """Arcs for ``graph`` collected as arrays and loaded in one ``FlowGraph.arcs`` call, in the
-    order given; ``arcs`` returns the ids they will have."""
-
-    def __init__(self, graph: FlowGraph) -> None:
-        self._graph = graph
-        self._next = graph.arc_count
-        self._parts: list[tuple[np.ndarray, ...]] = []
-
-    def arcs(self, tails, heads: np.ndarray, capacities, costs) -> range:
-        count = len(heads)
-        self._parts.append(tuple(np.broadcast_to(np.asarray(values, dtype=np.int64), count)
-                                 for values in (tails, heads, capacities, costs)))
-        self._next += count
-        return range(self._next - count, self._next)
-
-    def load(self) -> None:
-        if self._parts:
-            self._graph.arcs(*(np.concatenate(column) for column in zip(*self._parts, strict=True)))
-        if self._graph.arc_count != self._next:
-            raise FlowError("arcs were added to the graph while a batch was open")
-        self._parts = []
 
 
 def _coarse(costs: np.ndarray, priorities: tuple[tuple[int, int], ...]) -> np.ndarray:

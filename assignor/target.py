@@ -45,7 +45,6 @@ import numpy as np
 from assignor.balance import quotas
 from assignor.flow import (
     FUNNEL_PAIRS,
-    ArcBatch,
     FlowError,
     FlowGraph,
     feasible_flow,
@@ -280,7 +279,6 @@ class _SubtopologyHubs:
                 self.own_arcs = frozenset(idle).union(receiving)
                 self._funnelled[[self._position[client] for client in self.own_arcs]] = False
         funnels: dict[int, list] = defaultdict(list)  # keys by downstream (head arrays are equal or disjoint)
-        layer = ArcBatch(graph)  # every key's arcs in one bulk load: thousands of small ones cost more
         is_inner = np.zeros(len(self._clients), dtype=bool)
         for key, hub in self.hub.items():
             heads, caps, nodes = self._downstream(key), self._caps[key], self._node[key]
@@ -289,21 +287,20 @@ class _SubtopologyHubs:
             is_inner[inner] = True
             outer = everyone[~is_inner]
             is_inner[inner] = False
-            layer.arcs(inner_nodes, heads[inner], caps[inner], 0)
-            layer.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            graph.arcs(inner_nodes, heads[inner], caps[inner], 0)
+            graph.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
             detached = self._detached.get(key)
             if detached:
                 fed = np.array([client not in detached for client in nodes], dtype=bool)
                 inner, inner_nodes = inner[fed], inner_nodes[fed]
-            via_node = layer.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
+            via_node = graph.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
             funnelled = outer[self._funnelled[outer]]
             outer = outer[~self._funnelled[outer]]
-            free = layer.arcs(hub, heads[outer], caps[outer], 0)
-            excess = layer.arcs(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            free = graph.arcs(hub, heads[outer], caps[outer], 0)
+            excess = graph.arcs(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
             self._entries[key] = (inner, via_node, outer, free, excess, funnelled)
             if len(funnelled):
                 funnels[int(heads[0])].append(key)
-        layer.load()
         for keys in funnels.values():
             heads = self._downstream(keys[0])
             funnel, overflow = graph.node(), graph.node()
@@ -972,18 +969,18 @@ class _TaskClasses:
         class then lacks units, and the completion gives up the costliest). With the previous
         holders alone, a task lagging on one but caught up on its previous owner stayed lagging,
         a swap the completion's paths cannot make (a negative cycle: every one of the six
-        scale-outs measured, the bench's settled ones among them)."""
+        scale-outs measured, the bench's settled ones among them).
+
+        ``stays`` must hold for every task on its previous owner: an anchored class's tasks all
+        stay on their anchor, that owner, unasked (most classes of a settled group)."""
         arcs: list[int] = []
         units: list[int] = []
         first = self._arcs.start
         for members in self._classes.values():
             arc = first + members.start + 1
             if members.anchor is not None:
-                anchor = members.anchor
-                staying = sum(stays(task, anchor) for task in members.tasks)
-                if staying:
-                    arcs.append(arc)
-                    units.append(staying)
+                arcs.append(arc)
+                units.append(len(members.tasks))
                 arc += 1
             extras = members.extras
             for start, stop in _runs(extras):
