@@ -117,7 +117,7 @@ class _Residual:
         self.costs = np.concatenate([costs, -costs]).astype(np.int64)
         # The arcs in group order, for Dijkstra's weights (a group's weight is its cheapest
         # arc with room): most groups are one arc; the few of several are reduced apart.
-        self.order = np.lexsort((self.tails, self.heads))
+        self.order = np.argsort(self.heads * (node_count + 1) + self.tails, kind="stable")
         self.sorted_tails = self.tails[self.order]
         self.sorted_heads = self.heads[self.order]
         self.sorted_costs = self.costs[self.order]
@@ -138,6 +138,7 @@ class _Residual:
         self.position[self.order] = np.arange(len(self.order))
         self._graph = None
         self._room = None  # room in group order, kept by ``augment`` along the paths it takes
+        self._reduced = None  # reduced costs in group order: the potentials move only in ``augment``, which keeps them
 
     def room(self, flows: np.ndarray) -> np.ndarray:
         return np.concatenate([self.capacities - flows, flows])
@@ -171,8 +172,8 @@ class _Residual:
         if self._room is None:
             held = flows[self.sorted_base]
             self._room = np.where(self.sorted_forward, self.sorted_capacities - held, held)
-        room = self._room
-        reduced = self.sorted_costs + potentials[self.sorted_tails] - potentials[self.sorted_heads]
+            self._reduced = self.sorted_costs + potentials[self.sorted_tails] - potentials[self.sorted_heads]
+        room, reduced = self._room, self._reduced
         weight = np.where(room > 0, reduced, NO_ROOM)
         best = weight[self.starts]
         if len(self.multi_groups):
