@@ -14,9 +14,8 @@ a few phases away.
 way each node allows, but over no ``held`` arc (a unit that finds no arc with room waits where
 it is), proves it optimal for the units it carries (node potentials by Bellman-Ford on its
 residual graph: no negative cycle), then routes the units left in phases: a Dijkstra on reduced
-costs (``scipy.sparse.csgraph``) from the nodes lacking units, backwards, moves the potentials,
-and a max flow over the arcs that then cost zero carries every unit it can along shortest
-paths, each from where it waits. The result is optimal by
+costs (``scipy.sparse.csgraph``) moves the potentials, and a max flow over the arcs that then
+cost zero carries every unit it can along shortest paths. The result is optimal by
 construction, and checked: every residual arc of the final flow has a non-negative reduced
 cost. Whenever a step cannot be taken (a negative cycle, too many phases), it returns None and
 the caller solves from scratch.
@@ -105,8 +104,8 @@ def _route_onwards(flows, excess, tails, heads, capacities, costs, supplies) -> 
 
 class _Residual:
     """The residual graph of a flow: arc i forward (room ``capacity - flow``, ``cost``) and
-    i + m backward (room ``flow``, ``-cost``), grouped by (head, tail) for Dijkstra, which takes
-    one weight per pair of nodes and searches backwards (``augment``)."""
+    i + m backward (room ``flow``, ``-cost``), grouped by (tail, head) for Dijkstra, which takes
+    one weight per pair of nodes."""
 
     def __init__(self, node_count: int, tails, heads, capacities, costs) -> None:
         self.node_count = node_count
@@ -117,14 +116,14 @@ class _Residual:
         self.costs = np.concatenate([costs, -costs]).astype(np.int64)
         # The arcs in group order, for Dijkstra's weights (a group's weight is its cheapest
         # arc with room): most groups are one arc; the few of several are reduced apart.
-        self.order = np.argsort(self.heads * (node_count + 1) + self.tails, kind="stable")
+        self.order = np.argsort(self.tails * (node_count + 1) + self.heads, kind="stable")
         self.sorted_tails = self.tails[self.order]
         self.sorted_heads = self.heads[self.order]
         self.sorted_costs = self.costs[self.order]
         self.sorted_base = self.order % self.arc_count
         self.sorted_forward = self.order < self.arc_count
         self.sorted_capacities = capacities[self.sorted_base]
-        pair = self.sorted_heads * (node_count + 1) + self.sorted_tails
+        pair = self.sorted_tails * (node_count + 1) + self.sorted_heads
         self.starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
         self.group_tails = self.sorted_tails[self.starts]
         self.group_heads = self.sorted_heads[self.starts]
@@ -155,17 +154,11 @@ class _Residual:
         return bool((reduced[self.room(flows) > 0] >= 0).all())
 
     def augment(self, flows: np.ndarray, excess: np.ndarray, potentials: np.ndarray) -> bool:
-        """One phase of the primal-dual method: each node's distance to the nearest node lacking
-        units (Dijkstra on reduced costs, backwards from those nodes) moves the potentials so
-        that every shortest path from a node with units left to a node lacking them costs zero,
-        then as many units as fit go along such paths (a max flow over the arcs with room that
-        cost zero, among the nodes no farther than the farthest unit). Every arc it uses costs
-        zero, so reduced costs stay non-negative, and the flow stays the cheapest for the units
-        it carries, whichever of them go first.
-
-        Measured backwards, every unit has a path of zero cost at once, whatever its distance;
-        searched forwards from all of them, only those nearest the end did, one distance per
-        phase (one or three of 1,000 members leaving: 5-19 phases before, 3-14 now)."""
+        """One phase of the primal-dual method: the distances from the nodes with units left
+        (Dijkstra on reduced costs) move the potentials so that every shortest path to a
+        nearest node lacking units costs zero, then as many units as fit go along such paths
+        (a max flow over the arcs with room that cost zero, among the nodes that near). Every
+        arc it uses costs zero, so reduced costs stay non-negative."""
         from scipy.sparse.csgraph import dijkstra  # see _dijkstra_graph
 
         n = self.node_count
@@ -184,18 +177,21 @@ class _Residual:
         graph = self._dijkstra_graph()
         groups = len(self.starts)
         graph.data[:groups] = np.where(usable, best, np.inf)
-        graph.data[groups:] = np.where(excess < 0, 0.0, np.inf)
-        remaining = dijkstra(graph, indices=n)[:n]  # from each node to the nearest lacking units
-        sources, lacking = np.flatnonzero(excess > 0), np.flatnonzero(excess < 0)
-        if not np.isfinite(remaining[sources]).all():
-            return False  # those units reach no node lacking any: there is no flow at all
-        far = remaining[sources].max()
-        near = remaining <= far
-        shift = np.full(n, -int(far), dtype=np.int64)  # the others: as far, to keep costs >= 0
-        shift[near] = -np.rint(remaining[near]).astype(np.int64)
+        graph.data[groups:] = np.where(excess > 0, 0.0, np.inf)
+        distance = dijkstra(graph, indices=n)[:n]
+        lacking = np.flatnonzero(excess < 0)
+        reached = lacking[np.isfinite(distance[lacking])]
+        if not len(reached):
+            return False
+        far = distance[reached].min()
+        closer = np.flatnonzero(distance < far)  # the others move by far or not at all: the same
+        shift = np.zeros(n, dtype=np.int64)
+        shift[closer] = np.rint(distance[closer] - far).astype(np.int64)
         potentials += shift
         reduced += shift[self.sorted_tails] - shift[self.sorted_heads]
+        near = distance <= far
         positions = np.flatnonzero((room > 0) & (reduced == 0) & near[self.sorted_tails] & near[self.sorted_heads])
+        sources = np.flatnonzero(excess > 0)
         found = maximum_flow(n, self.sorted_tails[positions], self.sorted_heads[positions],
                              np.minimum(room[positions], int(excess[sources].sum())), sources, excess[sources],
                              lacking, -excess[lacking])
@@ -215,19 +211,18 @@ class _Residual:
         return True
 
     def _dijkstra_graph(self):
-        """The residual graph reversed, one arc per (head, tail) group, then node n, where the
-        search starts, with an arc to every node; built once, ``augment`` writes the weights
-        (infinite: no arc; from n, zero to the nodes lacking units) before each search.
+        """Every (tail, head) group, then a super source (node n) with an arc to every node,
+        built once; ``augment`` writes the weights (infinite: no arc) before each search.
         scipy is imported here, not with the module: most assignments never get this far, and
         its import (about 0.15 s) would delay every `python -m assignor`."""
         if self._graph is None:
             from scipy.sparse import csr_array
 
             n = self.node_count
-            counts = np.bincount(self.group_heads, minlength=n + 1)
+            counts = np.bincount(self.group_tails, minlength=n + 1)
             counts[n] = n
             indptr = np.r_[0, np.cumsum(counts)].astype(np.int32)
-            columns = np.concatenate([self.group_tails, np.arange(n)]).astype(np.int32)
+            columns = np.concatenate([self.group_heads, np.arange(n)]).astype(np.int32)
             data = np.zeros(len(columns), dtype=np.float64)
             self._graph = csr_array((data, columns, indptr), shape=(n + 1, n + 1))
         return self._graph
