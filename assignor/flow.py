@@ -8,7 +8,7 @@ the solve on large groups (docs/dependencies.md, environment facts).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -111,14 +111,15 @@ class FlowGraph:
             self._chunks = [tuple(np.concatenate(column) for column in zip(*self._chunks, strict=True))]
         return _Arcs(*self._chunks[0])
 
-    def solve(self, start: tuple[np.ndarray, np.ndarray] | None = None, held: list[int] | None = None) -> int:
-        """The optimal flow. ``start`` (arcs, units): a partial flow that is likely close to the
-        optimum (every task where it ran), which passes on over any arcs but ``held``,
+    def solve(self, start: Callable[[], tuple[Sequence[int], Sequence[int]]] | None = None,
+              held: list[int] | None = None) -> int:
+        """The optimal flow. ``start`` returns (arcs, units): a partial flow that is likely close
+        to the optimum (every task where it ran), which passes on over any arcs but ``held``,
         completed in primal-dual phases when that is cheaper (``assignor.warm_start``: from
-        ``MIN_ARCS`` arcs); the optimum is the same either way."""
+        ``MIN_ARCS`` arcs; below, ``start`` is not called); the optimum is the same either way."""
         arcs = self._arrays()
         if start is not None and self._arc_count and self._arc_count >= _warm_start().MIN_ARCS:
-            flows = self._completed(arcs, *start, held)
+            flows = self._completed(arcs, *start(), held)
             if flows is not None:
                 return self._keep(flows, arcs.costs)
         if self._priorities and self._arc_count:

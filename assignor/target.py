@@ -38,6 +38,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from operator import attrgetter
 
 import numpy as np
@@ -587,7 +588,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
-    graph.solve(_on_previous_owners(group, classes) if stays_mostly else None, held=above_floors)
+    graph.solve(partial(_on_previous_owners, group, classes) if stays_mostly else None, held=above_floors)
     fed = hubs.realize(graph)
     if fed:
         return None, fed, hubs
@@ -830,7 +831,7 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     classes.build(graph, pairs)
     pairs.close()
     graph.supply(sink, -len(group.specs))
-    graph.solve(_on_previous_owners(group, classes) if _joined(group) else None, held=above_floors)
+    graph.solve(partial(_on_previous_owners, group, classes) if _joined(group) else None, held=above_floors)
     keys = {task: _group_key(spec) for task, spec in group.specs.items()}
     keeper = _CapKeeper(caps, keys.__getitem__, group.prev_active_owner, clients)
     return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
@@ -1435,7 +1436,7 @@ class _StandbyFlow:
             def ran_on(task: TaskId, client: str) -> bool:
                 return client in holders.get(task, ()) or owners.get(task) == client
 
-            start = self.classes.staying(ran_on)
+            start = partial(self.classes.staying, ran_on)
         self.graph.solve(start, held=self.above_floors)
 
     def standbys(self, formulation: StandbyFormulation,
