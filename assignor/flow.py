@@ -91,6 +91,8 @@ class FlowGraph:
         """Add many arcs at once; any argument may be a scalar broadcast to the others' length."""
         columns = [np.array(values, dtype=np.int64) for values in (tails, heads, capacities, costs)]  # copies
         count = next(len(column) for column in columns if column.ndim)
+        if any(column.ndim and len(column) != count for column in columns):
+            raise FlowError(f"arcs: columns of lengths {[column.size for column in columns]}")
         self._close_single()
         self._chunks.append(tuple(column if column.ndim else np.full(count, column) for column in columns))
         start = self._arc_count
