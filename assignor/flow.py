@@ -28,7 +28,7 @@ class FlowError(RuntimeError):
 
 
 class _Arcs(NamedTuple):
-    """A graph's arcs as arrays, converted once per solve."""
+    """A graph's arcs as arrays, joined from its chunks once per solve."""
 
     tails: np.ndarray
     heads: np.ndarray

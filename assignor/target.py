@@ -1907,8 +1907,8 @@ def _trade_hub_units(units_of: dict[int, dict[str, int]], hub_tasks: Mapping[int
     dealable decomposition at the relaxed optimum, hence the exact optimum. A settled group
     losing 1-3% of its members failed its dealing in 1 or 2 subtopologies of 200-300, each with
     two hub tasks of one active and a unit on it; without the trade, a second solve with trees
-    (``_Hub``) took 0.3-0.5 s. The search for partners
-    looks at ``TRADE_BUDGET`` cells at most, whatever the group.
+    (``_Hub``) took 0.3-0.5 s. The search for partners looks at ``TRADE_BUDGET`` cells at most,
+    whatever the group.
     """
     keys = sorted(key for key in hub_tasks if key in units_of)
     by_active = {key: Counter(actives[task] for task in hub_tasks[key]) for key in keys}

@@ -116,14 +116,15 @@ class _Residual:
         self.costs = np.concatenate([costs, -costs]).astype(np.int64)
         # The arcs in group order, for Dijkstra's weights (a group's weight is its cheapest
         # arc with room): most groups are one arc; the few of several are reduced apart.
-        self.order = np.argsort(self.tails * (node_count + 1) + self.heads, kind="stable")
+        pair = self.tails * (node_count + 1) + self.heads
+        self.order = np.argsort(pair, kind="stable")
         self.sorted_tails = self.tails[self.order]
         self.sorted_heads = self.heads[self.order]
         self.sorted_costs = self.costs[self.order]
         self.sorted_base = self.order % self.arc_count
         self.sorted_forward = self.order < self.arc_count
         self.sorted_capacities = capacities[self.sorted_base]
-        pair = self.sorted_tails * (node_count + 1) + self.sorted_heads
+        pair = pair[self.order]
         self.starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
         self.group_tails = self.sorted_tails[self.starts]
         self.group_heads = self.sorted_heads[self.starts]

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from assignor import flow
 from assignor.flow import FlowGraph, certified, potentials
+from assignor.target import PRIORITIES
 
-UNIT = 10**6
-PRIORITIES = ((UNIT, 1000),)  # as assignor.target's
+UNIT = PRIORITIES[0][0]
 
 
 def _build(node_count, arcs, supplies, priorities=()) -> FlowGraph:
