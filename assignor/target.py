@@ -550,12 +550,12 @@ def _active_windows(graph: FlowGraph, group: Group) -> tuple[list[int], list[int
     above_floors = []
     for client in clients:
         q, s, free = total[client], stateful[client], stateless[client]
-        graph.arc(client_node[client], sink, q.floor, -BALANCE_FLOOR)
+        graph.floor(client_node[client], sink, q.floor, -BALANCE_FLOOR)
         above_floors.append(graph.arc(client_node[client], sink, q.ceiling - q.floor, 0))
-        above_floors.append(graph.arc(client_node[client], sink, BIG_CAPACITY, OVER_CEILING))
-        graph.arc(stateful_node[client], client_node[client], s.floor, -STATEFUL_FLOOR)
+        above_floors.append(graph.last_resort(client_node[client], sink, BIG_CAPACITY, OVER_CEILING))
+        graph.floor(stateful_node[client], client_node[client], s.floor, -STATEFUL_FLOOR)
         above_floors.append(graph.arc(stateful_node[client], client_node[client], s.ceiling - s.floor, 0))
-        above_floors.append(graph.arc(stateful_node[client], client_node[client], BIG_CAPACITY, OVER_CEILING))
+        above_floors.append(graph.last_resort(stateful_node[client], client_node[client], BIG_CAPACITY, OVER_CEILING))
         _prefer_share(graph, stateless_node[client], client_node[client], (0, BIG_CAPACITY),
                       (free.floor, free.ceiling))
     return [stateful_node[c] for c in clients], [stateless_node[c] for c in clients], sink, above_floors
@@ -954,6 +954,7 @@ class _TaskClasses:
         units = self._units
         arcs: list[int] = []  # tail, head, capacity, price of each arc, flat
         add = arcs.extend
+        stays: list[int] = []  # the free anchor arcs, by position: a solve may merge their classes away
         for members in self._classes.values():
             node = graph.node()
             size = len(members.tasks)
@@ -962,6 +963,8 @@ class _TaskClasses:
             add((node, members.entry, units * size, members.hub_cost))
             key, extras = members.key, members.extras
             if members.anchor is not None:
+                if not members.anchor_cost:
+                    stays.append(members.start + 1)
                 add((node, hubs.node(key, members.anchor), size, members.anchor_cost))
             if len(extras) > 6:  # sorted by (client, price, task), so that one arc carries a run of one
                 # client and price (two extras are a run or not already)
@@ -971,6 +974,7 @@ class _TaskClasses:
                 add((node, hubs.node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
         tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
+        graph.stay(self._arcs.start + position for position in stays)
 
     def staying(self, stays: Callable[[TaskId, str], bool]) -> tuple[list[int], list[int]]:
         """The flow where every task stays on the clients ``stays`` names, on the class arcs:
@@ -1342,10 +1346,10 @@ class _StandbyFlow:
             q, share = replicas[client], standby_share[client]
             floor = self.floors[client] = max(0, q.floor - stateful_actives[client])
             ceiling = max(floor, q.ceiling - stateful_actives[client])
-            graph.arc(replica_node[client], sink, floor, -BALANCE_FLOOR)
+            graph.floor(replica_node[client], sink, floor, -BALANCE_FLOOR)
             self.above_floors += _prefer_share(graph, replica_node[client], sink, (floor, ceiling),
                                                (share.floor, share.ceiling))
-            self.above_floors.append(graph.arc(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING))
+            self.above_floors.append(graph.last_resort(replica_node[client], sink, BIG_CAPACITY, OVER_CEILING))
         self.counts: dict[int, int] = defaultdict(int)
         for task in group.stateful:
             self.counts[task.subtopology] += per_task
