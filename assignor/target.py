@@ -402,13 +402,23 @@ class _SubtopologyHubs:
 
     def units(self, graph: FlowGraph, key) -> dict[str, int]:
         """How many of the key's hub replicas each client received."""
+        return dict(zip(self._clients, self.unit_array(graph, key).tolist(), strict=True))
+
+    def receivers(self, graph: FlowGraph, key) -> dict[str, int]:
+        """``units`` of the clients that received any, in client order: a key's hub replicas go
+        to few of a large group's clients."""
+        units = self.unit_array(graph, key)
+        receiving = np.flatnonzero(units)
+        return dict(zip([self._clients[index] for index in receiving.tolist()], units[receiving].tolist(), strict=True))
+
+    def unit_array(self, graph: FlowGraph, key) -> np.ndarray:
         inner, via_node, outer, free, excess, funnelled = self._entries[key]
         units = np.zeros(len(self._clients), dtype=np.int64)
         units[inner] = graph.flows(via_node)
         units[outer] = graph.flows(free) + graph.flows(excess)
         if key in self._funnelled_units:
             units[funnelled] = self._funnelled_units[key]
-        return dict(zip(self._clients, units.tolist(), strict=True))
+        return units
 
 
 def share_segments(window: tuple[int, int], share: tuple[int, int]) -> list[tuple[int, int]]:
@@ -599,8 +609,8 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
         tasks = hub_tasks.get(key)
         if not tasks:
             continue
-        units = hubs.units(graph, key)
-        for task, client in zip(tasks, round_robin(units, clients), strict=True):
+        units = hubs.receivers(graph, key)
+        for task, client in zip(tasks, round_robin(units, list(units)), strict=True):
             target[task] = client
     return target, frozenset(), hubs
 
