@@ -950,8 +950,8 @@ class _TaskClasses:
             members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
             members.uniform = type(alike) is frozenset
         members.tasks.append(task)
-        # in client order, whatever order the caller's clients came in
-        for client, cost in sorted(special.items()) if len(special) > 1 else special.items():
+        # in client order, whatever order the caller's clients came in (one further client: any)
+        for client, cost in sorted(special.items()) if further > 1 else special.items():
             if client != anchor:
                 members.extras += (client, cost, task)
 
@@ -965,10 +965,11 @@ class _TaskClasses:
         arcs: list[int] = []  # tail, head, capacity, price of each arc, flat
         add = arcs.extend
         stays: list[int] = []  # the free anchor arcs, by position: a solve may merge their classes away
+        nodes: list[int] = []
         for members in self._classes.values():
             node = graph.node()
+            nodes.append(node)
             size = len(members.tasks)
-            graph.supply(node, units * size)
             members.start = len(arcs) // 4
             add((node, members.entry, units * size, members.hub_cost))
             key, extras = members.key, members.extras
@@ -985,6 +986,7 @@ class _TaskClasses:
         tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
         graph.stay(self._arcs.start + position for position in stays)
+        graph.supplies(nodes, [units * len(members.tasks) for members in self._classes.values()])
 
     def staying(self, stays: Callable[[TaskId, str], bool]) -> tuple[list[int], list[int]]:
         """The flow where every task stays on the clients ``stays`` names, on the class arcs:
