@@ -115,7 +115,10 @@ class FlowGraph:
     def stay(self, arcs: Iterable[int]) -> None:
         """Mark ``arcs`` as stays: each free, out of a node that has a supply, one stay and no
         arc in, able to carry all of that supply (a task class's arc to its previous owner).
-        The coarse solve merges such a tail into its head, a graph of a node fewer per class."""
+        The coarse solve merges such a tail into its head, a graph of a node fewer per class;
+        its flow decodes back when no merged tail's other arcs carried more than its supply
+        (the caller marks only tails whose arcs no optimal flow would borrow so,
+        ``assignor.target._TaskClasses._merged``)."""
         self._stays.extend(arcs)
 
     def arcs(self, tails, heads, capacities, costs) -> range:

@@ -949,6 +949,7 @@ class _TaskClasses:
         if members is None:
             members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
             members.uniform = type(alike) is frozenset
+            members.apart = alike is not None
         members.tasks.append(task)
         # in client order, whatever order the caller's clients came in (one further client: any)
         for client, cost in sorted(special.items()) if further > 1 else special.items():
@@ -964,8 +965,9 @@ class _TaskClasses:
         units = self._units
         arcs: list[int] = []  # tail, head, capacity, price of each arc, flat
         add = arcs.extend
-        stays: list[int] = []  # the free anchor arcs, by position: a solve may merge their classes away
+        stays: list[int] = []  # the free anchor arcs that a solve may merge away, by position
         nodes: list[int] = []
+        merged = self._merged()
         for members in self._classes.values():
             node = graph.node()
             nodes.append(node)
@@ -974,7 +976,7 @@ class _TaskClasses:
             add((node, members.entry, units * size, members.hub_cost))
             key, extras = members.key, members.extras
             if members.anchor is not None:
-                if not members.anchor_cost:
+                if id(members) in merged:
                     stays.append(members.start + 1)
                 add((node, hubs.node(key, members.anchor), size, members.anchor_cost))
             if len(extras) > 6:  # sorted by (client, price, task), so that one arc carries a run of one
@@ -987,6 +989,39 @@ class _TaskClasses:
         self._arcs = graph.arcs(tails, heads, capacities, prices)
         graph.stay(self._arcs.start + position for position in stays)
         graph.supplies(nodes, [units * len(members.tasks) for members in self._classes.values()])
+
+    def _merged(self) -> set[int]:
+        """The classes (by id) whose free anchor arc a solve may merge away (``FlowGraph.stay``):
+        merged into its anchor's node, a class lends its arcs to every unit that reaches that
+        node, and a flow in which a unit leaves by them while the class's own tasks leave too
+        does not decode (the whole graph is then solved again). No optimal flow does that when
+        every such unit pays more that way than by its own arcs: the class is shared (its tasks
+        have at most one further special client each: a task alone or uniform has several, and
+        one could take the second while the task takes the first), its hub price is the dearest
+        of the tasks that land on its anchor by arcs of their own, and every arc that lands
+        there, and every arc of its own, costs something (no free way round). So the active
+        flow merges a settled group's classes, whose moves cost at least MOVE, and the standby
+        flow few (a standby may stay free on every previous holder). Seen without the price
+        rules: varied changelog sizes, some within the acceptable lag, made a scale-in's merged
+        flow fail to decode and be solved twice."""
+        dearest: dict[tuple, int] = {}  # per (key, client): the dearest hub price landing there
+        free: set[tuple] = set()  # the (key, client) pairs some free further arc lands on
+        for members in self._classes.values():
+            key, price, extras = members.key, members.hub_cost, members.extras
+            if members.anchor is not None and dearest.get((key, members.anchor), -1) < price:
+                dearest[key, members.anchor] = price
+            for index in range(0, len(extras), 3):
+                client = extras[index]
+                if dearest.get((key, client), -1) < price:
+                    dearest[key, client] = price
+                if extras[index + 1] <= 0:
+                    free.add((key, client))
+        return {
+            id(members) for members in self._classes.values()
+            if members.anchor is not None and not members.anchor_cost and not members.apart
+            and members.hub_cost >= dearest[members.key, members.anchor] and (members.key, members.anchor) not in free
+            and all(price > 0 for price in members.extras[1::3])
+        }
 
     def staying(self, stays: Callable[[TaskId, str], bool]) -> tuple[list[int], list[int]]:
         """The flow where every task stays on the clients ``stays`` names, on the class arcs:
@@ -1282,7 +1317,7 @@ def _runs(extras: list) -> Sequence[tuple[int, int]]:
 class _Class:
     """One class of ``_TaskClasses`` while the graph is built and decoded."""
 
-    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "start", "uniform")
+    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "start", "uniform", "apart")
 
     def __init__(self, key, entry: int, hub_cost: int, anchor: str | None, anchor_cost: int | None) -> None:
         self.key, self.entry, self.hub_cost = key, entry, hub_cost
@@ -1291,6 +1326,10 @@ class _Class:
         self.extras: list = []  # (client, price, task) for each further special client of each task, flat
         self.start = 0  # its first arc among the graph's class arcs, once built
         self.uniform = False  # every task has the same further special clients, more than its units
+        # Its tasks have more further special clients than units (a class alone, or uniform):
+        # merged into its anchor, a unit arriving there could leave by a second of a task's arcs
+        # while the task leaves by the first, a flow that does not decode (``FlowGraph.stay``).
+        self.apart = False
 
 
 def round_robin(counts: Mapping[str, int], clients: Sequence[str]) -> list[str]:
