@@ -68,7 +68,7 @@ class FlowGraph:
         self._flows: np.ndarray | None = None
         self._floors: list[int] = []
         self._last_resorts: list[int] = []
-        self._stays: list[int] = []
+        self._stays: list[Callable[[], Iterable[int]]] = []
         self.optimal_cost: int | None = None
 
     def node(self) -> int:
@@ -112,14 +112,15 @@ class FlowGraph:
         self._last_resorts.append(arc)
         return arc
 
-    def stay(self, arcs: Iterable[int]) -> None:
-        """Mark ``arcs`` as stays: each free, out of a node that has a supply, one stay and no
-        arc in, able to carry all of that supply (a task class's arc to its previous owner).
-        The coarse solve merges such a tail into its head, a graph of a node fewer per class;
-        its flow decodes back when no merged tail's other arcs carried more than its supply
-        (the caller marks only tails whose arcs no optimal flow would borrow so,
-        ``assignor.target._TaskClasses._merged``)."""
-        self._stays.extend(arcs)
+    def stay(self, arcs: Callable[[], Iterable[int]]) -> None:
+        """Stays, as ``arcs()`` names them when a solve reduces the graph (not before: a warm
+        start never needs them): each free, out of a node that has a supply, one stay and no arc
+        in, able to carry all of that supply (a task class's arc to its previous owner). The
+        coarse solve merges such a tail into its head, a graph of a node fewer per class; its
+        flow decodes back when no merged tail's other arcs carried more than its supply (the
+        caller names only tails whose arcs no optimal flow would borrow so,
+        ``assignor.target._TaskClasses._stays``)."""
+        self._stays.append(arcs)
 
     def arcs(self, tails, heads, capacities, costs) -> range:
         """Add many arcs at once; any argument may be a scalar broadcast to the others' length."""
@@ -186,7 +187,7 @@ class FlowGraph:
         if not (self._floors or self._last_resorts or self._stays):
             return None
         floors = np.array(self._floors, dtype=np.int64)
-        stays = np.array(self._stays, dtype=np.int64)
+        stays = np.array([arc for arcs in self._stays for arc in arcs()], dtype=np.int64)
         kept = np.ones(self._arc_count, dtype=bool)
         kept[floors] = False
         kept[np.array(self._last_resorts, dtype=np.int64)] = False

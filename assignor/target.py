@@ -965,9 +965,7 @@ class _TaskClasses:
         units = self._units
         arcs: list[int] = []  # tail, head, capacity, price of each arc, flat
         add = arcs.extend
-        stays: list[int] = []  # the free anchor arcs that a solve may merge away, by position
         nodes: list[int] = []
-        merged = self._merged()
         for members in self._classes.values():
             node = graph.node()
             nodes.append(node)
@@ -976,8 +974,6 @@ class _TaskClasses:
             add((node, members.entry, units * size, members.hub_cost))
             key, extras = members.key, members.extras
             if members.anchor is not None:
-                if id(members) in merged:
-                    stays.append(members.start + 1)
                 add((node, hubs.node(key, members.anchor), size, members.anchor_cost))
             if len(extras) > 6:  # sorted by (client, price, task), so that one arc carries a run of one
                 # client and price (two extras are a run or not already)
@@ -987,13 +983,13 @@ class _TaskClasses:
                 add((node, hubs.node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
         tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
-        graph.stay(self._arcs.start + position for position in stays)
+        graph.stay(self._stays)
         graph.supplies(nodes, [units * len(members.tasks) for members in self._classes.values()])
 
-    def _merged(self) -> set[int]:
-        """The classes (by id) whose free anchor arc a solve may merge away (``FlowGraph.stay``):
-        merged into its anchor's node, a class lends its arcs to every unit that reaches that
-        node, and a flow in which a unit leaves by them while the class's own tasks leave too
+    def _stays(self) -> list[int]:
+        """The free anchor arcs a solve may merge away (``FlowGraph.stay``), once built. Merged
+        into its anchor's node, a class lends its arcs to every unit that reaches that node, and
+        a flow in which a unit leaves by them while the class's own tasks leave too
         does not decode (the whole graph is then solved again). No optimal flow does that when
         every such unit pays more that way than by its own arcs: the class is shared (its tasks
         have at most one further special client each: a task alone or uniform has several, and
@@ -1016,12 +1012,13 @@ class _TaskClasses:
                     dearest[key, client] = price
                 if extras[index + 1] <= 0:
                     free.add((key, client))
-        return {
-            id(members) for members in self._classes.values()
+        first = self._arcs.start + 1  # a class's anchor arc follows its hub arc
+        return [
+            first + members.start for members in self._classes.values()
             if members.anchor is not None and not members.anchor_cost and not members.apart
             and members.hub_cost >= dearest[members.key, members.anchor] and (members.key, members.anchor) not in free
             and all(price > 0 for price in members.extras[1::3])
-        }
+        ]
 
     def staying(self, stays: Callable[[TaskId, str], bool]) -> tuple[list[int], list[int]]:
         """The flow where every task stays on the clients ``stays`` names, on the class arcs:
