@@ -6,6 +6,7 @@
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --large                 # 5,000 x 100,000
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --rack   # rack-aware rows only
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --settled   # groups our assignor settled
+    PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --varied    # ... whose changelog sizes vary
 
 Groups come from ``bench.workloads.settled_then_joined``: a settled group (round-robin actives,
 caught up; standbys on the next clients, 30% lagging), then ``scale-out`` (10% of the clients are
@@ -13,6 +14,10 @@ new), ``scale-in`` (10% left), ``replace`` (10% of the clients new and 6.7% gone
 rebalance) or ``fresh`` (nobody ran anything). With racks, clients sit in 3
 racks in turn and every task reads one partition with replicas in two of them. The issue's shape
 is 200 subtopologies of 100 partitions, scale-out, 1 standby.
+
+``--varied`` rows are settled rows whose changelog sizes vary (``bench.workloads.tasks_of``,
+``within_lag_share``): 20% of the stateful tasks within the acceptable lag, the others 10^5 to
+10^8 offsets, with 1 or 2 standbys.
 
 ``--settled`` rows start instead from a group this checkout's assignor settled
 (``bench.workloads.settled_by_assignor``: the layout a group running remote-leader has, which
@@ -84,6 +89,15 @@ SETTLED_ROWS = [
 ]
 
 
+# (..., share, within-lag share): settled groups whose changelog sizes vary, a share of them
+# within the acceptable lag (hub prices that differ, as in real applications)
+VARIED_ROWS = [
+    *(("assign", "scale-in", s, 1000, 20_000, standbys, 0, "none", share, 0.2)
+      for standbys, share, s in ((1, 0.01, 20), (1, 0.1, 300), (1, 0.1, 200), (2, 0.01, 20), (2, 0.1, 200))),
+    ("assign", "scale-out", 200, 1000, 20_000, 1, 0, "none", 0.1, 0.2),
+]
+
+
 def _group(scenario: str, subtopologies: int, clients: int, tasks: int, standbys: int, racks: int):
     from bench.workloads import settled_then_joined
 
@@ -146,7 +160,8 @@ def write_scenario(row: list, path: str) -> None:
     _, scenario, subtopologies, clients, tasks, standbys, racks, strategy, *share = row
     if share:
         specs, members = settled_by_assignor(clients, tasks, standbys, scenario=scenario, changed_share=share[0],
-                                             subtopologies=subtopologies, racks=racks)
+                                             subtopologies=subtopologies, racks=racks,
+                                             within_lag_share=share[1] if len(share) > 1 else 0.0)
     else:
         specs, members = _group(scenario, subtopologies, clients, tasks, standbys, racks)
     problem = AssignmentProblem(tuple(specs), tuple(members), _config(standbys, strategy))
@@ -201,6 +216,8 @@ def main() -> int:
     parser.add_argument("--rack", action="store_true", help="only the rack-aware rows (of the default or --full set)")
     parser.add_argument("--settled", action="store_true",
                         help="only the rows of groups this checkout's assignor settled (scale-out, scale-in)")
+    parser.add_argument("--varied", action="store_true",
+                        help="only settled rows whose changelog sizes vary, 20%% within the acceptable lag")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--file-row", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -212,7 +229,8 @@ def main() -> int:
         path, repeat = json.loads(args.file_row)
         print(json.dumps(time_assign_file(path, repeat)))
         return 0
-    rows = LARGE_ROWS if args.large else SETTLED_ROWS if args.settled else FULL_ROWS if args.full else DEFAULT_ROWS
+    rows = LARGE_ROWS if args.large else SETTLED_ROWS if args.settled else VARIED_ROWS if args.varied \
+        else FULL_ROWS if args.full else DEFAULT_ROWS
     if args.rack:
         rows = [row for row in rows if row[7] != "none"]
     header = ["kind", "scenario", "subtopologies", "clients x tasks (standbys, racks)", "strategy", "s", "CPU s",
@@ -229,6 +247,8 @@ def main() -> int:
                 write_scenario(list(row), scenario_file)
             if share:
                 scenario = f"{scenario} {share[0]:.1%}".replace(".0%", "%")
+                if len(share) > 1:
+                    scenario += f", {share[1]:.0%} within lag"
             results = interleaved(list(row), roots, args.repeat, scenario_file)
             mine = results[THIS]
             cells = [kind, scenario, str(subtopologies), f"{clients:,} x {tasks:,} ({standbys}, {racks})", strategy,

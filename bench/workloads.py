@@ -15,13 +15,17 @@ SCENARIOS = ("fresh", "scale-out", "scale-in", "replace")
 
 
 def tasks_of(task_count: int, subtopologies: int = 10, stateful_share: float = 0.8,
-             changelog_offsets: int = 1_000_000, racks: int = 0, seed: int = 1) -> list[TaskSpec]:
+             changelog_offsets: int = 1_000_000, racks: int = 0, seed: int = 1,
+             within_lag_share: float = 0.0) -> list[TaskSpec]:
     """``task_count`` tasks over ``subtopologies``; the first ``stateful_share`` of them stateful.
 
     With ``racks``, each task reads one input partition with replicas in all racks but one
-    (two of three), the rack left out drawn per partition.
+    (two of three), the rack left out drawn per partition. With ``within_lag_share``, changelog
+    sizes vary: that share of the stateful tasks within the default acceptable_recovery_lag
+    (0-10,000 offsets: caught up everywhere, a hub price of a move), the others 10^5-10^8.
     """
     rng = random.Random(seed)
+    sizes = random.Random(seed + 1)  # apart, so that the racks drawn stay as without it
     rack_names = [f"r{i}" for i in range(racks)]
     per = max(1, -(-task_count // subtopologies))
     stateful_subtopologies = round(subtopologies * stateful_share)
@@ -33,8 +37,10 @@ def tasks_of(task_count: int, subtopologies: int = 10, stateful_share: float = 0
         if racks:
             replicas = frozenset(rng.sample(rack_names, k=max(1, racks - 1)))
             inputs = (TopicPartition(f"s{subtopology}-in", partition, replicas),)
-        specs.append(TaskSpec(TaskId(subtopology, partition), stateful, changelog_offsets if stateful else None,
-                              inputs))
+        size = changelog_offsets
+        if within_lag_share:
+            size = sizes.randint(0, 10_000) if sizes.random() < within_lag_share else sizes.randint(10**5, 10**8)
+        specs.append(TaskSpec(TaskId(subtopology, partition), stateful, size if stateful else None, inputs))
     return specs
 
 
@@ -106,7 +112,8 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
 
 def settled_by_assignor(client_count: int, task_count: int, standbys: int, *, scenario: str,
                         changed_share: float = 0.1, lagging_standby_share: float = 0.3, seed: int = 1,
-                        subtopologies: int = 10, racks: int = 0) -> tuple[list[TaskSpec], list[ClientState]]:
+                        subtopologies: int = 10, racks: int = 0,
+                        within_lag_share: float = 0.0) -> tuple[list[TaskSpec], list[ClientState]]:
     """As ``settled_then_joined``, but the group was settled by this checkout's assignor (one
     fresh assignment, every replica then caught up but ``lagging_standby_share`` of the
     standbys), not laid out round robin: the layout a group running remote-leader has. Then
@@ -120,7 +127,8 @@ def settled_by_assignor(client_count: int, task_count: int, standbys: int, *, sc
     from assignor.model import AssignmentConfig
 
     rng = random.Random(seed)
-    specs = tasks_of(task_count, subtopologies=subtopologies, racks=racks, seed=seed)
+    specs = tasks_of(task_count, subtopologies=subtopologies, racks=racks, seed=seed,
+                     within_lag_share=within_lag_share)
     stateful = {spec.id for spec in specs if spec.stateful}
     changed = round(client_count * changed_share)
     old = client_count + changed if scenario == "scale-in" else client_count - changed
