@@ -580,9 +580,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     graph = FlowGraph(PRIORITIES)
     clients = group.clients
     stateful_nodes, stateless_nodes, sink, above_floors = _active_windows(graph, group)
-    counts: dict[tuple[int, bool], int] = defaultdict(int)
-    for spec in group.specs.values():
-        counts[_group_key(spec)] += 1
+    counts: dict[tuple[int, bool], int] = Counter(map(_group_key, group.specs.values()))
     keys = sorted(counts)
     stateful_array = np.array(stateful_nodes, dtype=np.int64)
     stateless_array = np.array(stateless_nodes, dtype=np.int64)
@@ -732,13 +730,10 @@ def _crowding(caps: Mapping, clients: Sequence[str], staying: Iterable[tuple[obj
     """The (key, client) pairs where more of ``staying`` (one pair per task that may stay, or
     placed) fall than the cap, with their caps; and how many units of ``staying`` lie above the
     caps. Caps are at least one, so a pair of one unit is never crowded."""
-    count: dict[tuple, int] = defaultdict(int)
-    for pair in staying:
-        count[pair] += 1
     position = {client: index for index, client in enumerate(clients)}
     crowded = {}
     over = 0
-    for (key, client), tasks in count.items():
+    for (key, client), tasks in Counter(staying).items():
         if tasks == 1:
             continue
         cap = int(caps[key][position[client]])
@@ -813,9 +808,7 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     target costs the relaxed optimum in the capped flow too, so it is the capped optimum.
     Otherwise None: the caller solves the capped flow.
     """
-    counts: dict[tuple[int, bool], int] = defaultdict(int)
-    for spec in group.specs.values():
-        counts[_group_key(spec)] += 1
+    counts: dict[tuple[int, bool], int] = Counter(map(_group_key, group.specs.values()))
     clients = group.clients
     caps = _subtopology_caps(counts, group.threads, clients)
     crowded, over = _crowding(caps, clients, ((key, client) for _, key, _, special, owner in ways
@@ -1197,9 +1190,7 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
         if client in column_of:
             for task in tasks:
                 direct[key_of(task), client] += 1
-    fixed: dict[object, int] = defaultdict(int)
-    for task in decoded.hub_tasks:
-        fixed[key_of(task)] += 1
+    fixed: dict[object, int] = Counter(map(key_of, decoded.hub_tasks))
     group_keys: list[dict[object, list[TaskId]]] = []
     for _, tasks, _ in decoded.groups:
         by_key: dict[object, list[TaskId]] = defaultdict(list)
@@ -1271,9 +1262,7 @@ class _CapKeeper:
         self.key_of, self._origin = key_of, origin
         self._position = {client: index for index, client in enumerate(clients)}
         self.caps = caps
-        self.held: dict[tuple, int] = defaultdict(int)
-        for task, client in origin.items():
-            self.held[key_of(task), client] += 1
+        self.held: dict[tuple, int] = Counter((key_of(task), client) for task, client in origin.items())
 
     def cap(self, key, client: str) -> int:
         return int(self.caps[key][self._position[client]])
@@ -1383,9 +1372,7 @@ class _StandbyFlow:
         clients = group.clients
         replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
         self.sink = sink = graph.node()
-        stateful_actives: dict[str, int] = defaultdict(int)
-        for task in group.stateful:
-            stateful_actives[actives[task]] += 1
+        stateful_actives: dict[str, int] = Counter(map(actives.__getitem__, group.stateful))
         replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
         standby_share = quotas(len(group.stateful) * per_task, group.threads, limit=len(group.stateful))
         self.floors: dict[str, int] = {}  # the standbys each client should take at least
@@ -1868,9 +1855,7 @@ def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> b
     holders = ranking.holders
     if 2 * sum(1 for task in group.stateful if holders[task] or task in previous) <= len(group.stateful):
         return False
-    counts: dict[int, int] = defaultdict(int)
-    for task in group.stateful:
-        counts[task.subtopology] += 1
+    counts: dict[int, int] = Counter(task.subtopology for task in group.stateful)
     caps = _subtopology_caps(counts, group.threads, group.clients)
     _, over = _crowding(caps, group.clients, ((task.subtopology, holder) for task, standby in previous.items()
                                              for holder in standby
