@@ -49,13 +49,15 @@ class FlowGraph:
     and that flow kept when it is optimal for the true costs too (``potentials`` certify it);
     otherwise it is solved again at the true costs.
 
-    ``floor`` arcs (a reward for each unit up to a client's floor) and ``last_resort`` arcs
-    (units above a ceiling) carry the largest costs by far, and cost scaling pays a phase per
-    factor of the largest: that coarse first solve takes the floors as lower bounds (their units
-    already sent) and leaves the last resorts out, a graph whose largest cost is a tier rather
-    than a balance weight (1% or 10% of 1,000 members leaving: 0.64-0.93 of the solve). Its flow,
-    with the floors full and the last resorts empty, is certified like any other; a graph whose
-    floors cannot all be filled without a last resort is solved whole.
+    That coarse first solve runs on a reduced graph (``_reduced_flow``). ``floor`` arcs (a
+    reward for each unit up to a client's floor) and ``last_resort`` arcs (units above a
+    ceiling) carry the largest costs by far, and cost scaling pays a phase per factor of the
+    largest: the floors' units are sent before the solve and the last resorts left out, so the
+    largest cost is a tier rather than a balance weight. And each ``stay`` (a task class's free
+    arc to its previous owner) merges its class into the owner's node: a node fewer per class.
+    Together, about half of OR-Tools' time on the capped active flows of 1% or 10% of 1,000
+    members leaving (docs/benchmarks.md). The reduced flow, mapped back, is certified like any
+    other; one that has no flow or does not decode is solved whole.
     """
 
     def __init__(self, priorities: Sequence[tuple[int, int]] = ()) -> None:
