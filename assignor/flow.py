@@ -203,7 +203,7 @@ class FlowGraph:
         supplies = self._supply_array()
         np.add.at(supplies, arcs.tails[floors], -arcs.capacities[floors])
         np.add.at(supplies, arcs.heads[floors], arcs.capacities[floors])
-        if len(stays):  # a tail that arcs enter, or that has another stay, stays a node
+        if len(stays):  # a tail that arcs enter, or that has another stay, or a stay that costs, stays a node
             entered = np.bincount(arcs.heads, minlength=self._node_count) + np.bincount(
                 arcs.tails[stays], minlength=self._node_count) - 1
             stays = stays[(entered[arcs.tails[stays]] == 0) & (arcs.costs[stays] == 0)]

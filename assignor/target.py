@@ -412,6 +412,7 @@ class _SubtopologyHubs:
         return dict(zip([self._clients[index] for index in receiving.tolist()], units[receiving].tolist(), strict=True))
 
     def unit_array(self, graph: FlowGraph, key) -> np.ndarray:
+        """``units`` as an array in client order."""
         inner, via_node, outer, free, excess, funnelled = self._entries[key]
         units = np.zeros(len(self._clients), dtype=np.int64)
         units[inner] = graph.flows(via_node)
@@ -980,10 +981,10 @@ class _TaskClasses:
         graph.supplies(nodes, [units * len(members.tasks) for members in self._classes.values()])
 
     def _stays(self) -> list[int]:
-        """The free anchor arcs a solve may merge away (``FlowGraph.stay``), once built. Merged
-        into its anchor's node, a class lends its arcs to every unit that reaches that node, and
-        a flow in which a unit leaves by them while the class's own tasks leave too
-        does not decode (the whole graph is then solved again). No optimal flow does that when
+        """The anchor arcs a solve may merge away (``FlowGraph.stay``, which keeps the free
+        ones), once built. Merged into its anchor's node, a class lends its arcs to every unit
+        that reaches that node, and a flow in which a unit leaves by them while the class's own
+        tasks leave too does not decode (the whole graph is then solved again). No optimal flow does that when
         every such unit pays more that way than by its own arcs: the class is shared (its tasks
         have at most one further special client each: a task alone or uniform has several, and
         one could take the second while the task takes the first), its hub price is the dearest
@@ -1008,7 +1009,7 @@ class _TaskClasses:
         first = self._arcs.start + 1  # a class's anchor arc follows its hub arc
         return [
             first + members.start for members in self._classes.values()
-            if members.anchor is not None and not members.anchor_cost and not members.apart
+            if members.anchor is not None and not members.apart
             and members.hub_cost >= dearest[members.key, members.anchor] and (members.key, members.anchor) not in free
             and all(price > 0 for price in members.extras[1::3])
         ]

@@ -1,7 +1,10 @@
 """assignor.flow: a graph whose costs are priorities (``FlowGraph(priorities)``) is solved first
-with the priorities priced lower, its floors as lower bounds and without its last-resort arcs;
-that flow is kept only when potentials certify it optimal for the true costs. Either way the
-optimum is OR-Tools' on the true costs."""
+with the priorities priced lower, on a reduced graph (floors as lower bounds, no last-resort
+arcs, stays merged); that flow is kept only when potentials certify it optimal for the true
+costs. Either way the optimum is OR-Tools' on the true costs."""
+
+import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,8 +12,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from assignor import flow
+from assignor.convergence import settle
 from assignor.flow import FlowGraph, certified, potentials
 from assignor.target import PRIORITIES
+from tests.assignor.test_convergence import _random_group, _scaling_event
 
 UNIT = PRIORITIES[0][0]
 
@@ -225,12 +230,6 @@ def test_merged_classes_always_decode(seed, varied, monkeypatch):
     was merged), and with ``varied`` changelog sizes on both sides of
     ``acceptable_recovery_lag`` (hub prices that differ), every reduced graph with stays that
     has a flow decodes, from the fresh group to settling after the event."""
-    import random
-    from dataclasses import replace
-
-    from assignor.convergence import settle
-    from tests.assignor.test_convergence import _random_group, _scaling_event
-
     rng = random.Random(seed)
     tasks, clients, config = _random_group(rng)
     acceptable = config.acceptable_recovery_lag
