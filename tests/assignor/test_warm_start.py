@@ -109,6 +109,31 @@ def test_a_newcomer_takes_what_waits_above_an_old_members_floor():
     assert flows[[1, 3, 5]].sum() == 1 and flows[9] == 1  # one task moved to B, on its floor
 
 
+def test_orphans_at_different_distances_from_the_sink_go_in_one_phase(monkeypatch):
+    """Three orphans (no start) whose only homes are three clients at move prices 1, 5 and 9,
+    one deficit (the sink): each phase measures every node's distance to the nearest deficit,
+    so each orphan has a zero-cost way at once and one max flow places all three. Measured
+    from the orphans' side, only the nearest would: three phases, one unit each."""
+    # nodes: 0-2 orphans, 3-5 clients (room for one each), 6 sink
+    tails = np.array([0, 1, 2, 3, 4, 5], dtype=np.int64)
+    heads = np.array([3, 4, 5, 6, 6, 6], dtype=np.int64)
+    capacities = np.ones(6, dtype=np.int64)
+    costs = np.array([1, 5, 9, 0, 0, 0], dtype=np.int64)
+    supplies = np.array([1, 1, 1, 0, 0, 0, -3], dtype=np.int64)
+    phases = []
+    augment = warm_start._Residual.augment
+
+    def counted(self, *args):
+        phases.append(1)
+        return augment(self, *args)
+
+    monkeypatch.setattr(warm_start._Residual, "augment", counted)
+    empty = np.zeros(0, dtype=np.int64)
+    flows = warm_start.complete(7, tails, heads, capacities, costs, supplies, empty, empty)
+    assert flows is not None and flows.tolist() == [1, 1, 1, 1, 1, 1]
+    assert len(phases) == 1
+
+
 def test_a_start_beyond_capacity_is_refused():
     tails, heads = np.array([0], dtype=np.int64), np.array([1], dtype=np.int64)
     one = np.array([1], dtype=np.int64)
