@@ -195,8 +195,9 @@ class _Residual:
         shift[reaching] = -np.rint(distance[reaching]).astype(np.int64)
         potentials += shift
         reduced += shift[self.sorted_tails] - shift[self.sorted_heads]
-        positions = np.flatnonzero((room > 0) & (reduced == 0) & reaching[self.sorted_tails] & reaching[self.sorted_heads])
         sources = sources[reaching[sources]]
+        near = distance <= distance[sources].max()  # every node on a source's shortest way
+        positions = np.flatnonzero((room > 0) & (reduced == 0) & near[self.sorted_tails] & near[self.sorted_heads])
         found = maximum_flow(n, self.sorted_tails[positions], self.sorted_heads[positions],
                              np.minimum(room[positions], int(excess[sources].sum())), sources, excess[sources],
                              lacking, -excess[lacking])
