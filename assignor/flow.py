@@ -16,12 +16,6 @@ from ortools.graph.python import max_flow, min_cost_flow
 
 # (subtopologies x clients) pairs from which a (subtopology, client) layer goes through funnels
 FUNNEL_PAIRS = 20_000
-# Arcs from which the coarse solve runs on the reduced graph (``FlowGraph._reduced_flow``):
-# below, OR-Tools takes a few tens of ms either way, and the reduction's own work (a few ms) or
-# a cost-scaling run that happens to be longer without the floors' arcs is not repaid (1,000
-# clients at 1 subtopology with 2 standbys, 28,654 arcs: 0.10 s whole, 0.14 s reduced; graphs of
-# 3,000-5,000 nodes: 1-6 ms lost). The assignor's tests lower it to 0 (tests/assignor/conftest.py).
-REDUCED_MIN_ARCS = 30_000
 # Label corrections per arc after which ``potentials`` gives up (a negative cycle, or a
 # certificate dearer than solving again); a pass costs at least a node count / PASS_WORK of them
 # (its fixed numpy calls, when few labels change).
@@ -55,8 +49,10 @@ class FlowGraph:
     and that flow kept when it is optimal for the true costs too (``potentials`` certify it);
     otherwise it is solved again at the true costs.
 
-    That coarse first solve runs on a reduced graph (``_reduced_flow``, from
-    ``REDUCED_MIN_ARCS`` arcs). ``floor`` arcs (a
+    That coarse first solve runs on a reduced graph (``_reduced_flow``), at every size: a gate
+    at 30,000 arcs saved 1-6 ms on graphs of 3,000-5,000 nodes, but left small groups to a
+    different optimum among equals, and one shape of ``bench/bench_assignor.py --floor-sweep``
+    (19 clients, 50 tasks, 2 standbys) off KIP-441's floor. ``floor`` arcs (a
     reward for each unit up to a client's floor) and ``last_resort`` arcs (units above a
     ceiling) carry the largest costs by far, and cost scaling pays a phase per factor of the
     largest: the floors' units are sent before the solve and the last resorts left out, so the
@@ -170,7 +166,7 @@ class FlowGraph:
                 return self._keep(flows, arcs.costs)
         if self._priorities and self._arc_count:
             coarse = _coarse(arcs.costs, self._priorities)
-            flows = self._reduced_flow(arcs, coarse) if self._arc_count >= REDUCED_MIN_ARCS else None
+            flows = self._reduced_flow(arcs, coarse)
             if flows is None:
                 flows = self._min_cost_flow(arcs, coarse)
             if certified(self._node_count, arcs.tails, arcs.heads, arcs.capacities, arcs.costs, flows):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from assignor import flow, warm_start
+from assignor import warm_start
 
 
 @pytest.fixture(autouse=True)
@@ -10,7 +10,5 @@ def _warm_start_at_any_size(monkeypatch):
     """The warm start (``assignor.warm_start``) for every group whose shape qualifies, however
     small: production skips it below ``warm_start.MIN_ARCS`` only to spare loading scipy, and the
     per-task optimum and convergence tests must see it complete on the groups where conflicts
-    are likeliest. Likewise the coarse solve's reduced graph (``flow.REDUCED_MIN_ARCS``),
-    which production tries only where OR-Tools' time is worth reducing."""
+    are likeliest."""
     monkeypatch.setattr(warm_start, "MIN_ARCS", 0)
-    monkeypatch.setattr(flow, "REDUCED_MIN_ARCS", 0)

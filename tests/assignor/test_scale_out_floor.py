@@ -74,3 +74,12 @@ def test_the_floor_follows_max_warmup_replicas(max_warmups):
     probing, elsewhere, replicas, shuffled, _, _ = _join_one(9, 100, 1, max_warmups)
     assert (elsewhere, shuffled) == (0, 0)
     assert probing == math.ceil(replicas / max_warmups)
+
+
+def test_the_floor_sweeps_missed_shape():
+    """19 settled instances, 50 tasks, 2 standbys, 3 warm-ups: the one shape of
+    ``bench/bench_assignor.py --floor-sweep`` that took 3 probing rebalances (floor 2) while
+    small graphs were solved whole rather than on the reduced graph (``assignor.flow``)."""
+    probing, elsewhere, replicas, shuffled, _, _ = _join_one(19, 50, 2, 3)
+    assert (elsewhere, shuffled) == (0, 0)
+    assert probing == math.ceil(replicas / 3) == 2
