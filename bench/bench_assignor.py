@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_assignor.py            # everything (a few minutes)
     .venv/bin/python bench/bench_assignor.py --quick    # smaller rows only
     .venv/bin/python bench/bench_assignor.py --floor-sweep   # one instance joining 540 group shapes
+    .venv/bin/python bench/bench_assignor.py --floor-sweep-wide   # 288 more: other sizes and topologies
     .venv/bin/python bench/bench_assignor.py --baseline REV --repeat 3   # timing rows beside REV's
 
 With ``--baseline REV`` each timing row also runs on the assignor of git revision ``REV``
@@ -83,13 +84,14 @@ def timing_table(rows, baseline: str | None = None, repeat: int = 1) -> None:
             print(f"{cells} {row['rss_growth_mb']:.0f} | {row['warmups']} | {row['probing']} |", flush=True)
 
 
-def join_settled_group(old_clients: int, task_count: int, standbys: int = 1, max_warmups: int = 2) -> dict:
+def join_settled_group(old_clients: int, task_count: int, standbys: int = 1, max_warmups: int = 2,
+                       subtopologies: int = 10, stateful_share: float = 0.8) -> dict:
     """One fresh instance joins a settled group; count probing rebalances and relocations."""
     from assignor.convergence import settle
     from assignor.model import AssignmentConfig, ClientState
     from bench.workloads import tasks_of
 
-    specs = tasks_of(task_count, subtopologies=10, stateful_share=0.8)
+    specs = tasks_of(task_count, subtopologies=subtopologies, stateful_share=stateful_share)
     config = AssignmentConfig(num_standby_replicas=standbys, max_warmup_replicas=max_warmups)
     members = [ClientState(id=f"c{i:03d}") for i in range(old_clients)]
     _, members = settle(specs, members, config, max_rounds=10_000)
@@ -128,18 +130,25 @@ def join_table() -> None:
               f"({row['stateless_to_joiner']}) | {kafka[old]} |", flush=True)
 
 
-def floor_sweep() -> None:
+def floor_sweep(wide: bool = False) -> None:
     """One instance joins settled groups of many shapes: does each settle in KIP-441's floor,
     ceil(newcomer's stateful replicas / max_warmup_replicas) probing rebalances, moving no active
-    among the old clients? (docs/assignor.md, "Scaling out at the floor")"""
-    shapes = [(old, tasks, standbys, warmups) for old in (3, 4, 5, 6, 7, 9, 11, 13, 19, 24)
-              for tasks in (50, 60, 100, 150, 200, 400) for standbys in (0, 1, 2) for warmups in (1, 2, 3)]
+    among the old clients? (docs/assignor.md, "Scaling out at the floor"). ``wide``: 288 shapes
+    the 540 do not draw (other sizes, 5 subtopologies at 60% stateful or 25 at 90%)."""
+    if wide:
+        shapes = [(old, tasks, standbys, warmups, subtopologies, share) for old in (8, 10, 15, 30)
+                  for tasks in (40, 75, 120, 300) for standbys in (0, 1, 2) for warmups in (1, 2, 4)
+                  for subtopologies, share in ((5, 0.6), (25, 0.9))]
+    else:
+        shapes = [(old, tasks, standbys, warmups, 10, 0.8) for old in (3, 4, 5, 6, 7, 9, 11, 13, 19, 24)
+                  for tasks in (50, 60, 100, 150, 200, 400) for standbys in (0, 1, 2) for warmups in (1, 2, 3)]
     missed = []
-    for old, tasks, standbys, warmups in shapes:
-        row = join_settled_group(old, tasks, standbys, warmups)
+    for old, tasks, standbys, warmups, subtopologies, share in shapes:
+        row = join_settled_group(old, tasks, standbys, warmups, subtopologies, share)
         floor = math.ceil(row["joiner_stateful_replicas"] / warmups)
         if row["probing_rebalances"] != floor or row["moved_among_old"]:
-            missed.append(f"{old} clients, {tasks} tasks, {standbys} standbys, {warmups} warm-ups: "
+            missed.append(f"{old} clients, {tasks} tasks, {standbys} standbys, {warmups} warm-ups, "
+                          f"{subtopologies} subtopologies at {share:.0%} stateful: "
                           f"{row['probing_rebalances']} probing rebalances (floor {floor}), "
                           f"{row['moved_among_old']} actives moved among old clients")
     print(f"| {len(shapes)} join shapes | at the floor, nothing moved among old clients: "
@@ -173,6 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--floor-sweep", action="store_true", help="only the join-shape sweep (a few minutes)")
+    parser.add_argument("--floor-sweep-wide", action="store_true", help="only the 288 further join shapes")
     parser.add_argument("--baseline", metavar="REV", help="also time each row on the assignor of this git revision")
     parser.add_argument("--repeat", type=int, default=1, help="best of N timings per row (and per baseline row)")
     parser.add_argument("--timing-only", action="store_true", help="only the assign-time rows")
@@ -183,8 +193,8 @@ def main() -> None:
         print(json.dumps(time_one(clients, tasks, standbys)))
         return
     print(f"# assignor benchmark ({os.cpu_count()} cores, Python {sys.version.split()[0]})\n")
-    if args.floor_sweep:
-        floor_sweep()
+    if args.floor_sweep or args.floor_sweep_wide:
+        floor_sweep(wide=args.floor_sweep_wide)
         return
     timing_table(TIMING_ROWS[:3] if args.quick else TIMING_ROWS, args.baseline, args.repeat)
     if args.timing_only:
