@@ -256,3 +256,23 @@ def test_merged_classes_always_decode(seed, varied, monkeypatch):
     _, clients = _scaling_event(rng, clients, 0)
     settle(tasks, clients, config, max_rounds=200)
     assert undecoded == []
+
+
+def test_a_negative_cycle_is_seen_before_the_budget_runs_out(monkeypatch):
+    """A start that admits a negative cycle (here: a ring of 200 nodes costing -1 in all) is
+    given up when the arcs that lowered the distances close a cycle (``flow._parents_cycle``),
+    not only when the certificate's budget is spent."""
+    ring = np.arange(200, dtype=np.int64)
+    tails, heads = ring, (ring + 1) % 200
+    costs = np.zeros(200, dtype=np.int64)
+    costs[0] = -1
+    seen = []
+    real = flow._parents_cycle
+
+    def recording(parent):
+        seen.append(real(parent))
+        return seen[-1]
+
+    monkeypatch.setattr(flow, "_parents_cycle", recording)
+    assert potentials(200, tails, heads, costs) is None
+    assert seen and seen[-1]
