@@ -356,7 +356,7 @@ def _parents_cycle(parent: np.ndarray) -> bool:
     cycle made one of them strict), and no potentials exist. Pointer doubling: after 2^k jumps
     every node that leads to no cycle sits on a node without a parent."""
     reach = parent
-    for _ in range(max(1, int(len(parent)).bit_length())):
+    for _ in range(max(1, len(parent).bit_length())):
         reach = reach[reach]
     return bool((parent[reach] != reach).any())
 

@@ -1362,6 +1362,18 @@ def standby_ways(group: Group, ranking: Ranking, costs: CostModel, actives: Mapp
     return hub_only, ways
 
 
+def _standby_windows(group: Group, actives: Mapping[TaskId, str], per_task: int) -> dict[str, tuple[int, int]]:
+    """Per client, the (floor, ceiling) of the standbys it may take: balance over stateful
+    replicas, actives plus standbys (scenario.md "Stateful balance"), less its stateful actives."""
+    stateful_actives: dict[str, int] = Counter(map(actives.__getitem__, group.stateful))
+    replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+    windows = {}
+    for client in group.clients:
+        floor = max(0, replicas[client].floor - stateful_actives[client])
+        windows[client] = (floor, max(floor, replicas[client].ceiling - stateful_actives[client]))
+    return windows
+
+
 class _StandbyFlow:
     """The part of the standby graph every formulation shares, then its solution decoded.
 
@@ -1379,15 +1391,13 @@ class _StandbyFlow:
         clients = group.clients
         replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
         self.sink = sink = graph.node()
-        stateful_actives: dict[str, int] = Counter(map(actives.__getitem__, group.stateful))
-        replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+        windows = _standby_windows(group, actives, per_task)
         standby_share = quotas(len(group.stateful) * per_task, group.threads, limit=len(group.stateful))
-        self.floors: dict[str, int] = {}  # the standbys each client should take at least
+        # the standbys each client should take at least
+        self.floors: dict[str, int] = {client: floor for client, (floor, _) in windows.items()}
         self.above_floors: list[int] = []  # the windows' arcs above the floors (``_settled_before``)
         for client in clients:
-            q, share = replicas[client], standby_share[client]
-            floor = self.floors[client] = max(0, q.floor - stateful_actives[client])
-            ceiling = max(floor, q.ceiling - stateful_actives[client])
+            (floor, ceiling), share = windows[client], standby_share[client]
             graph.floor(replica_node[client], sink, floor, -BALANCE_FLOOR)
             self.above_floors += _prefer_share(graph, replica_node[client], sink, (floor, ceiling),
                                                (share.floor, share.ceiling))
@@ -1907,10 +1917,8 @@ def _hub_standbys_fit(group: Group, actives: Mapping[TaskId, str], per_task: int
     if not short.any():
         return True
     rows_array, columns_array = np.array(rows, dtype=np.int64), np.array(columns, dtype=np.int64)
-    stateful_actives = Counter(actives[task] for task in group.stateful)
-    replicas = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
-    floors = np.array([max(0, replicas[client].floor - stateful_actives[client]) for client in clients],
-                      dtype=np.int64)
+    windows = _standby_windows(group, actives, per_task)
+    floors = np.array([windows[client][0] for client in clients], dtype=np.int64)
     demand = np.maximum(floors - np.bincount(columns_array, minlength=len(clients)), 0)
     wanting = np.flatnonzero(demand)
     shorts = np.flatnonzero(short)

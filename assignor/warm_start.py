@@ -137,7 +137,7 @@ class _Residual:
                                 + np.arange(int(multi_sizes.sum())))
         self.position = np.empty_like(self.order)
         self.position[self.order] = np.arange(len(self.order))
-        self._graph = None
+        self._reversed = None  # (graph, groups in its order): ``_reversed_graph``
         self._room = None  # room in group order, kept by ``augment`` along the paths it takes
         self._reduced = None  # reduced costs in group order: the potentials move only in ``augment``, which keeps them
 
@@ -221,13 +221,13 @@ class _Residual:
         graph's order; ``augment`` writes the weights (infinite: no room) before each search.
         scipy is imported here, not with the module: most assignments never get this far, and
         its import (about 0.15 s) would delay every `python -m assignor`."""
-        if self._graph is None:
+        if self._reversed is None:
             from scipy.sparse import csr_array
 
             n = self.node_count
             by_head = np.argsort(self.group_heads, kind="stable")
             indptr = np.r_[0, np.cumsum(np.bincount(self.group_heads, minlength=n))].astype(np.int32)
             columns = self.group_tails[by_head].astype(np.int32)
-            self._graph = csr_array((np.zeros(len(columns), dtype=np.float64), columns, indptr), shape=(n, n)), by_head
-        return self._graph
+            self._reversed = csr_array((np.zeros(len(columns), dtype=np.float64), columns, indptr), shape=(n, n)), by_head
+        return self._reversed
 
