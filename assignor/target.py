@@ -598,8 +598,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     hub = hubs.hub
     for (key, hub_cost), tasks in hub_only.items():
         classes.hub_only[key, hub[key], hub_cost].extend(tasks)
-    for task, key, hub_cost, special, owner in ways:
-        classes.add(task, key, hub[key], hub_cost, special, owner)
+    classes.add((task, key, hub[key], hub_cost, special, owner) for task, key, hub_cost, special, owner in ways)
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
@@ -834,10 +833,8 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     shared = {True: (None, True), False: (None, False)}  # the class key of tasks on no crowded pair
     for (key, hub_cost), tasks in hub_only.items():
         classes.hub_only[shared[key[1]], hub[key[1]], hub_cost].extend(tasks)
-    for task, key, hub_cost, special, owner in ways:
-        stateful = key[1]
-        classes.add(task, key if pairs.crowds(key, special) else shared[stateful], hub[stateful], hub_cost,
-                    special, owner)
+    classes.add((task, key if pairs.crowds(key, special) else shared[key[1]], hub[key[1]], hub_cost, special, owner)
+                for task, key, hub_cost, special, owner in ways)
     classes.build(graph, pairs)
     pairs.close()
     graph.supply(sink, -len(group.specs))
@@ -931,30 +928,33 @@ class _TaskClasses:
         # callers append to it directly, the cheapest way to ``add`` them.
         self.hub_only: dict[tuple, list[TaskId]] = defaultdict(list)
 
-    def add(self, task: TaskId, key, entry: int, hub_cost: int, special: dict[str, int],
-            owner: str | None) -> None:
-        """Place ``task`` in its class; ``special`` maps its special clients to their prices
-        (left as it is: the relaxed and the capped flows read the same prices)."""
-        units = self._units
-        anchor = anchor_cost = None
-        further = len(special)
-        if units == 1 and further > 1 and owner in special:
-            anchor, anchor_cost = owner, special[owner]
-            further -= 1
-        alike = None
-        if further > units:  # alone, or in a uniform class: with the tasks of the same ways out
-            alike = frozenset(special.items()) if self.uniform and (units > 1 or anchor is not None) else task
-        class_key = (key, entry, hub_cost, anchor, anchor_cost, alike)
-        members = self._classes.get(class_key)
-        if members is None:
-            members = self._classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
-            members.uniform = type(alike) is frozenset
-            members.apart = alike is not None
-        members.tasks.append(task)
-        # in client order, whatever order the caller's clients came in (one further client: any)
-        for client, cost in sorted(special.items()) if further > 1 else special.items():
-            if client != anchor:
-                members.extras += (client, cost, task)
+    def add(self, rows: Iterable[tuple[TaskId, object, int, int, dict[str, int], str | None]]) -> None:
+        """Place each task of ``rows``, (task, key, entry, hub price, special, previous owner), in
+        its class; ``special`` maps its special clients to their prices (left as it is: the
+        relaxed and the capped flows read the same prices). One call for all tasks: it is the
+        hot loop of every flow built."""
+        units, uniform, classes = self._units, self.uniform, self._classes
+        for task, key, entry, hub_cost, special, owner in rows:
+            anchor = anchor_cost = None
+            further = len(special)
+            if units == 1 and further > 1 and owner in special:
+                anchor, anchor_cost = owner, special[owner]
+                further -= 1
+            alike = None
+            if further > units:  # alone, or in a uniform class: with the tasks of the same ways out
+                alike = frozenset(special.items()) if uniform and (units > 1 or anchor is not None) else task
+            class_key = (key, entry, hub_cost, anchor, anchor_cost, alike)
+            members = classes.get(class_key)
+            if members is None:
+                members = classes[class_key] = _Class(key, entry, hub_cost, anchor, anchor_cost)
+                members.uniform = type(alike) is frozenset
+                members.apart = alike is not None
+            members.tasks.append(task)
+            # in client order, whatever order the caller's clients came in (one further client: any)
+            extras = members.extras
+            for client, cost in sorted(special.items()) if further > 1 else special.items():
+                if client != anchor:
+                    extras += (client, cost, task)
 
     def build(self, graph: FlowGraph, hubs: _SubtopologyHubs) -> None:
         for (key, entry, hub_cost), tasks in self.hub_only.items():
@@ -979,7 +979,8 @@ class _TaskClasses:
                 # client and price (two extras are a run or not already)
                 extras[:] = [field for triple in sorted(zip(extras[::3], extras[1::3], extras[2::3], strict=True))
                              for field in triple]
-            for start, stop in _runs(extras):
+            members.runs = _runs(extras)
+            for start, stop in members.runs:
                 add((node, hubs.node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
         tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
@@ -1041,9 +1042,12 @@ class _TaskClasses:
                 units.append(len(members.tasks))
                 arc += 1
             extras = members.extras
-            for start, stop in _runs(extras):
+            for start, stop in members.runs:
                 client = extras[start]
-                staying = sum(stays(task, client) for task in extras[start + 2:stop:3])
+                if stop - start == 3:  # most runs: one task
+                    staying = 1 if stays(extras[start + 2], client) else 0
+                else:
+                    staying = sum(stays(task, client) for task in extras[start + 2:stop:3])
                 if staying:
                     arcs.append(arc)
                     units.append(staying)
@@ -1072,7 +1076,7 @@ class _TaskClasses:
                 anchor_units = flows[arc]
                 arc += 1
             turn = 0  # a uniform class deals its runs' units to its tasks in turn
-            for start, stop in _runs(extras):
+            for start, stop in members.runs:
                 amount = flows[arc]
                 arc += 1
                 if members.uniform:
@@ -1123,7 +1127,7 @@ class _TaskClasses:
             # those a run does not take go to the hub.
             shared = members.anchor is None and len(members.tasks) > 1
             taken: set[TaskId] = set()
-            for start, stop in _runs(extras):
+            for start, stop in members.runs:
                 amount = flows[arc]
                 arc += 1
                 if not amount and not shared:
@@ -1310,13 +1314,15 @@ def _runs(extras: list) -> Sequence[tuple[int, int]]:
 class _Class:
     """One class of ``_TaskClasses`` while the graph is built and decoded."""
 
-    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "start", "uniform", "apart")
+    __slots__ = ("key", "entry", "hub_cost", "anchor", "anchor_cost", "tasks", "extras", "runs", "start", "uniform",
+                 "apart")
 
     def __init__(self, key, entry: int, hub_cost: int, anchor: str | None, anchor_cost: int | None) -> None:
         self.key, self.entry, self.hub_cost = key, entry, hub_cost
         self.anchor, self.anchor_cost = anchor, anchor_cost
         self.tasks: list[TaskId] = []
         self.extras: list = []  # (client, price, task) for each further special client of each task, flat
+        self.runs: Sequence[tuple[int, int]] = ()  # ``_runs(extras)``, once built (an arc each)
         self.start = 0  # its first arc among the graph's class arcs, once built
         self.uniform = False  # every task has the same further special clients, more than its units
         # Its tasks have more further special clients than units (a class alone, or uniform):
@@ -1478,8 +1484,8 @@ class _StandbyFlow:
         for task in hub_only:
             key = task.subtopology
             classes.hub_only[key, entry(key, actives[task]), costs.no_state_arc(ranking, task)].append(task)
-        for task, key, hub_cost, special, owner in ways:
-            classes.add(task, key, entry(key, actives[task]), hub_cost, special, owner)
+        classes.add((task, key, entry(key, actives[task]), hub_cost, special, owner)
+                    for task, key, hub_cost, special, owner in ways)
 
     def solve(self) -> None:
         self.classes.build(self.graph, self.hubs)
@@ -1598,8 +1604,8 @@ class _RelaxedStandbyFlow(_StandbyFlow):
         ranking, costs = self.ranking, self.costs
         for task in self.hub_only:
             hub_only[None, hub, costs.no_state_arc(ranking, task)].append(task)
-        for task, key, hub_cost, special, owner in self.special:
-            classes.add(task, key if pairs.crowds(key, special) else None, hub, hub_cost, special, owner)
+        classes.add((task, key if pairs.crowds(key, special) else None, hub, hub_cost, special, owner)
+                    for task, key, hub_cost, special, owner in self.special)
 
     def standbys_within_caps(self) -> dict[TaskId, tuple[str, ...]] | None:
         group = self.group
