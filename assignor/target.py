@@ -1353,18 +1353,30 @@ _StandbyWays = tuple[list[TaskId], list[tuple[TaskId, int, int, dict[str, int], 
 def standby_ways(group: Group, ranking: Ranking, costs: CostModel, actives: Mapping[TaskId, str]) -> _StandbyWays:
     """Computed once per standby target, for every graph it solves (relaxed, hub rounds, trees)."""
     hub_only, ways = [], []
+    owners, standbys, threads, all_ranks = group.prev_active_owner, group.prev_standby_holders, group.threads, ranking.holders
+    special_arcs, no_state_arc = costs.special_arcs, costs.no_state_arc
+    none: frozenset[str] = frozenset()
     for task in group.stateful:
-        owner = group.prev_active_owner.get(task)
-        previous = group.prev_standby_holders.get(task, frozenset())
-        if owner is not None:
-            previous = previous | {owner}
-        holders = ranking.holders[task]
+        owner = owners.get(task)
+        previous = standbys.get(task, none)
+        if owner is not None and owner not in previous:
+            previous = (owner, *previous)
+        holders = all_ranks[task]
         if not holders and not previous:
             hub_only.append(task)
             continue
-        special = costs.special_arcs(ranking, task, [client for client in (holders.keys() | previous) - {actives[task]}
-                                                     if client in group.threads], previous)
-        ways.append((task, task.subtopology, costs.no_state_arc(ranking, task), special, owner))
+        active = actives[task]
+        # the clients with its state or that ran it, but its active (in any order: the classes
+        # sort them); loops, not comprehensions: each of those is a call (a hot loop)
+        clients = []
+        for client in holders:
+            if client != active and client in threads:
+                clients.append(client)
+        for client in previous:
+            if client != active and client not in holders and client in threads:
+                clients.append(client)
+        ways.append((task, task.subtopology, no_state_arc(ranking, task), special_arcs(ranking, task, clients, previous),
+                     owner))
     return hub_only, ways
 
 
