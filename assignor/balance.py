@@ -8,9 +8,9 @@ fewest <= b". Quotas are the per-client windows the assignor fills to get there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 
 
 def is_balanced(counts: Mapping[str, int], threads: Mapping[str, int], balance_factor: int) -> bool:
@@ -23,14 +23,18 @@ def is_balanced(counts: Mapping[str, int], threads: Mapping[str, int], balance_f
     if len(counts) < 2:
         return True
     b = balance_factor
-    high = sorted(((Fraction(counts[c] - b, threads[c]), c) for c in counts), reverse=True)
-    low = sorted((Fraction(counts[c] + b, threads[c]), c) for c in counts)
+    # Loads scaled by the threads' least common multiple: integers, exact as fractions, and
+    # much cheaper to build and sort (a thousand Fractions took 6 ms per check).
+    scale = math.lcm(*{threads[c] for c in counts})
+    per_thread = {c: scale // threads[c] for c in counts}
+    high = sorted((((counts[c] - b) * per_thread[c], c) for c in counts), reverse=True)
+    low = sorted(((counts[c] + b) * per_thread[c], c) for c in counts)
     for hi_value, hi_client in high[:2]:
         for lo_value, lo_client in low[:2]:
             if hi_client == lo_client:
                 continue
-            load_s = Fraction(counts[hi_client], threads[hi_client])
-            load_d = Fraction(counts[lo_client], threads[lo_client])
+            load_s = counts[hi_client] * per_thread[hi_client]
+            load_d = counts[lo_client] * per_thread[lo_client]
             if load_s > load_d and not hi_value < lo_value:
                 return False
     return True

@@ -160,16 +160,18 @@ class CostModel:
         return tier + MOVE
 
     def special_arcs(self, ranking: Ranking, task: TaskId, clients: Iterable[str],
-                     sticky: Container[str]) -> dict[str, int]:
+                     sticky: Container[str], surcharge: int = 0) -> dict[str, int]:
         """The price of one task on each of ``clients`` that report state or held it: its tier
-        (lag-aware only) plus MOVE unless the client is in ``sticky``; in one pass (hot loop)."""
+        (lag-aware only) plus MOVE and ``surcharge`` unless the client is in ``sticky``; in one
+        pass (hot loop)."""
+        move = MOVE + surcharge
         if not self.lag_aware:
-            return {client: 0 if client in sticky else MOVE for client in clients}
+            return {client: 0 if client in sticky else move for client in clients}
         ranks, absent = ranking.holders[task], ranking.absent[task]
         prices = {}
         for client in clients:
             rank = ranks.get(client, absent)
-            prices[client] = (_TIER_BY_RESIDUE[rank & 3] if rank else 0) + (0 if client in sticky else MOVE)
+            prices[client] = (_TIER_BY_RESIDUE[rank & 3] if rank else 0) + (0 if client in sticky else move)
         return prices
 
 
@@ -528,20 +530,21 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel,
     hub_only: _HubOnly = defaultdict(list)
     ways = []
     append = ways.append
+    owners, all_ranks = group.prev_active_owner, ranking.holders
+    special_arcs, no_state_arc = costs.special_arcs, costs.no_state_arc
     for task, spec in group.specs.items():
-        key = _group_key(spec)
-        owner = group.prev_active_owner.get(task)
+        key = (task.subtopology, spec.stateful)  # _group_key, inlined (a hot loop)
+        owner = owners.get(task)
         if spec.stateful:
-            hub_cost = costs.no_state_arc(ranking, task)
-            holders = ranking.holders[task]
+            hub_cost = no_state_arc(ranking, task)
+            holders = all_ranks[task]
             if owner is None and not holders:
                 hub_only[key, hub_cost].append(task)
                 continue
-            special = costs.special_arcs(ranking, task, holders if owner is None or owner in holders
-                                         else [*holders, owner], (owner,))
-            if task in prone:
-                hub_cost += STANDBY_CHAIN
-                special = {c: price + STANDBY_CHAIN * (c != owner) for c, price in special.items()}
+            chain = STANDBY_CHAIN if task in prone else 0
+            special = special_arcs(ranking, task, holders if owner is None or owner in holders
+                                   else [*holders, owner], (owner,), chain)
+            hub_cost += chain
         elif owner is None:
             hub_only[key, MOVE].append(task)
             continue
