@@ -65,12 +65,21 @@ def rank_clients(
             spec = specs.get(task)
             if spec is not None:
                 holders[task][client.id] = lag.rank(spec.changelog_offsets, acceptable_recovery_lag)
-    absent = {task: NO_STATE.rank(spec.changelog_offsets, acceptable_recovery_lag) for task, spec in specs.items()}
+    by_size: dict[int | None, int] = {}  # the rank of no state depends on the changelog's size only
+    absent = {}
+    for task, spec in specs.items():
+        size = spec.changelog_offsets
+        rank = by_size.get(size)
+        if rank is None:
+            rank = by_size[size] = NO_STATE.rank(size, acceptable_recovery_lag)
+        absent[task] = rank
     client_count = len(clients)
     best = {}
     for task, ranks in holders.items():
-        candidates = list(ranks.values())
-        if len(ranks) < client_count:
-            candidates.append(absent[task])
-        best[task] = min(candidates) if candidates else absent[task]
+        if not ranks:
+            best[task] = absent[task]
+            continue
+        lowest = min(ranks.values())
+        # clients that report nothing rank ``absent``: some do unless every client reported
+        best[task] = lowest if len(ranks) == client_count or lowest < absent[task] else absent[task]
     return Ranking(holders=holders, absent=absent, best=best)
