@@ -19,6 +19,7 @@ tasks balance needs are ever moved.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -290,15 +291,15 @@ def settled_assignment(group: Group, ranking: Ranking | None, config: Assignment
     if len(owners) != len(group.specs):
         return None
     active_counts = dict.fromkeys(group.clients, 0)
-    replica_counts = dict.fromkeys(group.clients, 0)
-    for task, owner in owners.items():
-        active_counts[owner] += 1
-        if group.specs[task].stateful:
-            replica_counts[owner] += 1
-            if ranking is not None and ranking.rank(task, owner) != 0:
-                return None
+    active_counts.update(Counter(owners.values()))
     if not is_balanced(active_counts, group.threads, config.balance_factor):
         return None  # first: the cheap test a scale-out fails (its new members hold nothing)
+    replica_counts = dict.fromkeys(group.clients, 0)
+    for task in group.stateful:
+        owner = owners[task]
+        replica_counts[owner] += 1
+        if ranking is not None and ranking.rank(task, owner) != 0:
+            return None
     for client in group.clients:
         for task in group.states[client].prev_standby:
             spec = group.specs.get(task)

@@ -655,11 +655,9 @@ def _few_left(group: Group) -> bool:
         return False
     total = quotas(len(group.specs), group.threads)
     stateful = quotas(len(group.stateful), group.threads)
-    held: dict[str, int] = defaultdict(int)
-    held_stateful: dict[str, int] = defaultdict(int)
-    for task, owner in group.prev_active_owner.items():
-        held[owner] += 1
-        held_stateful[owner] += group.specs[task].stateful
+    owners = group.prev_active_owner
+    held = Counter(owners.values())
+    held_stateful = Counter(owners[task] for task in group.stateful if task in owners)
     return all(held[c] <= total[c].ceiling and held_stateful[c] <= stateful[c].ceiling for c in group.clients)
 
 
