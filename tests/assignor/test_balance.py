@@ -12,12 +12,11 @@ from assignor.balance import is_balanced
 
 def _balanced_pairwise(counts: dict[str, int], threads: dict[str, int], b: int) -> bool:
     """For every s, d with load(s) > load(d): (n_s - b) / t_s < (n_d + b) / t_d."""
-    for s in counts:
-        for d in counts:
-            if s != d and Fraction(counts[s], threads[s]) > Fraction(counts[d], threads[d]):
-                if not Fraction(counts[s] - b, threads[s]) < Fraction(counts[d] + b, threads[d]):
-                    return False
-    return True
+    return not any(
+        Fraction(counts[s], threads[s]) > Fraction(counts[d], threads[d])
+        and not Fraction(counts[s] - b, threads[s]) < Fraction(counts[d] + b, threads[d])
+        for s in counts for d in counts if s != d
+    )
 
 
 @settings(max_examples=400, deadline=None)
