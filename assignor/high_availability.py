@@ -134,18 +134,16 @@ def _place_stateful(
     ranks, absent = ranking.holders[task], ranking.absent[task]
     if ranks.get(target_active, absent) == ranking.best[task]:
         active = target_active
-        if all(ranks.get(client, absent) == 0 for client in target_standbys):
-            # The target as it is: nothing to swap, substitute or warm up (most tasks of a
-            # settled group that changes; the steps below decide the same, slower).
-            placement.active[task] = active
-            _explain_active(placement, group, task, active, ranking)
-            placement.standbys[task] = list(target_standbys)
-            return requests
     else:
         active = _most_caught_up(group, ranking, task, prefer=target_standbys)
         placement.probing = True
     placement.active[task] = active
     _explain_active(placement, group, task, active, ranking)
+    if active == target_active and all(ranks.get(client, absent) == 0 for client in target_standbys):
+        # The target as it is: nothing to swap, substitute or warm up (most tasks of a settled
+        # group that changes; the steps below decide the same, slower).
+        placement.standbys[task] = list(target_standbys)
+        return requests
 
     # The standby slots of the target; when the active runs on a target standby (the swap),
     # the target active takes over that client's slot and restores there.
