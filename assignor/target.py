@@ -989,8 +989,8 @@ class _TaskClasses:
         """The anchor arcs a solve may merge away (``FlowGraph.stay``, which keeps the free
         ones), once built. Merged into its anchor's node, a class lends its arcs to every unit
         that reaches that node, and a flow in which a unit leaves by them while the class's own
-        tasks leave too does not decode (the whole graph is then solved again). No optimal flow does that when
-        every such unit pays more that way than by its own arcs: the class is shared (its tasks
+        tasks leave too does not decode (the whole graph is then solved again). No optimal flow
+        does that when every such unit pays more that way than by its own arcs: the class is shared (its tasks
         have at most one further special client each: a task alone or uniform has several, and
         one could take the second while the task takes the first), its hub price is the dearest
         of the tasks that land on its anchor by arcs of their own, and every arc that lands
@@ -1042,7 +1042,7 @@ class _TaskClasses:
             extras = members.extras
             for start, stop in members.runs:
                 client = extras[start]
-                if stop - start == 3:  # most runs: one task
+                if stop - start == 3:  # most runs: one task (no generator: 24 to 15 ms a scale-out)
                     staying = 1 if stays(extras[start + 2], client) else 0
                 else:
                     staying = sum(stays(task, client) for task in extras[start + 2:stop:3])
