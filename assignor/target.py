@@ -986,19 +986,18 @@ class _TaskClasses:
         graph.supplies(nodes, [units * len(members.tasks) for members in self._classes.values()])
 
     def _stays(self) -> list[int]:
-        """The anchor arcs a solve may merge away (``FlowGraph.stay``, which keeps the free
-        ones), once built. Merged into its anchor's node, a class lends its arcs to every unit
-        that reaches that node, and a flow in which a unit leaves by them while the class's own
-        tasks leave too does not decode (the whole graph is then solved again). No optimal flow
-        does that when every such unit pays more that way than by its own arcs: the class is shared (its tasks
-        have at most one further special client each: a task alone or uniform has several, and
-        one could take the second while the task takes the first), its hub price is the dearest
-        of the tasks that land on its anchor by arcs of their own, and every arc that lands
-        there, and every arc of its own, costs something (no free way round). So the active
-        flow merges a settled group's classes, whose moves cost at least MOVE, and the standby
-        flow few (a standby may stay free on every previous holder). Seen without the price
-        rules: varied changelog sizes, some within the acceptable lag, made a scale-in's merged
-        flow fail to decode and be solved twice."""
+        """The anchor arcs a solve may merge away (``FlowGraph.stay``, which keeps the free ones), once
+        built. Merged into its anchor's node, a class lends its arcs to every unit that reaches that
+        node, and a flow in which a unit leaves by them while the class's own tasks leave too does
+        not decode (the whole graph is then solved again). No optimal flow does that when every such
+        unit pays more that way than by its own arcs: the class is shared (its tasks have at most
+        one further special client each: a task alone or uniform has several, and one could take the
+        second while the task takes the first), its hub price is the dearest of the tasks that land
+        on its anchor by arcs of their own, and every arc that lands there, and every arc of its
+        own, costs something (no free way round). So the active flow merges a settled group's
+        classes, whose moves cost at least MOVE, and the standby flow few (a standby may stay free
+        on every previous holder). Seen without the price rules: varied changelog sizes, some within
+        the acceptable lag, made a scale-in's merged flow fail to decode and be solved twice."""
         dearest: dict[tuple, int] = {}  # per (key, client): the dearest hub price landing there
         free: set[tuple] = set()  # the (key, client) pairs some free further arc lands on
         for members in self._classes.values():
