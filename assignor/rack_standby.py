@@ -51,7 +51,8 @@ class _Standbys:
         client_index = index_of(self.clients)
         self.tasks = tuple(t for t in group.stateful if standbys.get(t))
         self.active = [client_index[actives[t]] for t in self.tasks]
-        self.holders = [sorted(client_index[c] for c in standbys[t]) for t in self.tasks]
+        self.holders = [[client_index[c] for c in holders] if len(holders) == 1 else
+                        sorted([client_index[c] for c in holders]) for holders in map(standbys.__getitem__, self.tasks)]
         self.on_client: list[set[int]] = [set() for _ in self.clients]
         for task, holders in enumerate(self.holders):
             for client in holders:
@@ -67,11 +68,19 @@ class _Standbys:
         self.moves_of: list[dict[tuple[int, tuple[int, ...]], int] | None] = [None] * len(self.tasks)
         self.budget = SEARCH_BUDGET
         self.swapped: set[int] = set()
-        self.scores = [self.spread(task, [self.loc[c] for c in holders]) for task, holders in enumerate(self.holders)]
         # For whole zones at once (``_ZoneDeltas``): each task's active location, and whether it
         # has one standby (swaps keep every task's count, so this never changes).
-        self.active_loc = np.array([self.loc[a] for a in self.active], dtype=np.int64).reshape(len(self.tasks), len(values))
+        locations = np.array(self.loc, dtype=np.int64).reshape(len(self.clients), len(values))
+        self.active_loc = locations[np.array(self.active, dtype=np.int64)]
         self.single = np.array([len(h) == 1 for h in self.holders], dtype=bool)
+        # ``spread`` of every task: those with one standby (most) at once, as it scores them
+        singles = np.flatnonzero(self.single)
+        scores = np.zeros(len(self.tasks), dtype=np.int64)
+        scores[singles] = (self.weight + 1) * (self.active_loc[singles] == locations[
+            [self.holders[task][0] for task in singles.tolist()]]).sum(axis=1)
+        self.scores = scores.tolist()
+        for task in np.flatnonzero(~self.single).tolist():
+            self.scores[task] = self.spread(task, [self.loc[c] for c in self.holders[task]])
         # Readiness (``Ranking.caught_up``, with the high-availability assignor only): per task,
         # the clients caught up on it; for a task whose whole changelog is within the acceptable
         # lag every client reporting nothing is caught up too, so ``everywhere_but`` holds the
@@ -83,10 +92,10 @@ class _Standbys:
             for task, task_id in enumerate(self.tasks):
                 ranks = ranking.holders.get(task_id, {})
                 if ranking.absent[task_id] == 0:
-                    self.everywhere_but[task] = frozenset(client_index[c] for c, rank in ranks.items() if rank)
+                    self.everywhere_but[task] = frozenset([client_index[c] for c, rank in ranks.items() if rank])
                     self.ready.append(frozenset())
                 else:
-                    self.ready.append(frozenset(client_index[c] for c, rank in ranks.items() if rank == 0))
+                    self.ready.append(frozenset([client_index[c] for c, rank in ranks.items() if rank == 0]))
             if not self.everywhere_but and not any(self.ready):
                 self.ready = None  # nobody caught up on anything (a fresh group): every swap restores as much
         # Per client, the standbys on it that still restore there, and the tasks caught up on
@@ -95,11 +104,13 @@ class _Standbys:
         self.ready_on: list[set[int]] = [set() for _ in self.clients]
         self.restoring_at: dict[tuple[int, ...], set[int]] = {cls: set() for cls in self.classes}
         if self.ready is not None:
-            for task, holders in enumerate(self.holders):
-                for client in self.ready[task]:
+            everywhere_but = self.everywhere_but
+            for task, (holders, ready) in enumerate(zip(self.holders, self.ready, strict=True)):
+                for client in ready:
                     self.ready_on[client].add(task)
+                exceptions = everywhere_but.get(task)  # ``ready_for``, inlined (a loop over every standby)
                 for client in holders:
-                    if not self.ready_for(task, client):
+                    if client not in ready if exceptions is None else client in exceptions:
                         self.restoring[client].add(task)
                         self.restoring_at[self.loc[client]].add(client)
         self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
@@ -499,7 +510,7 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
     changed = False
     slots = _slots_by_zone(state, zone_of)
     readiness_narrows = state.ready is not None and not state.everywhere_but
-    deltas = {zone: _ZoneDeltas(pricing, state, zone, zone_slots) for zone, zone_slots in slots.items()}
+    deltas = {zone: _ZoneDeltas(pricing, state, zone, tasks, clients) for zone, (tasks, clients) in slots.items()}
     for source, dest in pairs:
         stamp = (version[source], version[dest])
         if REMEMBER_FAILED and state.quiet.get((source, dest)) == stamp:
@@ -603,13 +614,13 @@ def _unique(ascending: Iterator[int]) -> Iterator[int]:
 class _ZoneDeltas:
     """The standby slots (task, client) of one zone and their ``_Pricing.delta`` toward any rack."""
 
-    def __init__(self, pricing: _Pricing, state: _Standbys, zone: tuple, zone_slots: list[tuple[int, int]]) -> None:
+    def __init__(self, pricing: _Pricing, state: _Standbys, zone: tuple, tasks: np.ndarray, clients: np.ndarray) -> None:
         rack, location = zone
         self.pricing = pricing
-        self.tasks = np.array([t for t, _ in zone_slots], dtype=np.int64)
-        self.clients = np.array([c for _, c in zone_slots], dtype=np.int64)
-        self.rows = pricing.cross_array[self.tasks]
-        anchored = np.array([c in pricing.anchored[t] for t, c in zone_slots], dtype=np.int64)
+        self.tasks, self.clients = tasks, clients
+        self.rows = pricing.cross_array[tasks]
+        anchored = np.array([c in pricing.anchored[t] for t, c in zip(tasks.tolist(), clients.tolist(), strict=True)],
+                            dtype=np.int64)
         self.base = pricing.non_overlap * anchored - pricing.traffic * self.rows[:, rack]
         self.active_loc = state.active_loc[self.tasks]
         self.single = state.single[self.tasks]
@@ -638,12 +649,18 @@ class _ZoneDeltas:
         ]
 
 
-def _slots_by_zone(state: _Standbys, zone_of: list) -> dict:
-    slots: dict = {}
-    for client, tasks in enumerate(state.on_client):
-        for task in sorted(tasks):
-            slots.setdefault(zone_of[client], []).append((task, client))
-    return slots
+def _slots_by_zone(state: _Standbys, zone_of: list) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Per zone, its standby slots as (tasks, clients) arrays, by client then task."""
+    clients = np.repeat(np.arange(len(state.on_client)), [len(tasks) for tasks in state.on_client])
+    tasks = np.fromiter((task for on_client in state.on_client for task in sorted(on_client)), dtype=np.int64,
+                        count=len(clients))
+    zones = sorted(set(zone_of))
+    zone_index = index_of(zones)
+    slot_zone = np.array([zone_index[zone] for zone in zone_of], dtype=np.int64)[clients]
+    order = np.argsort(slot_zone, kind="stable")
+    bounds = np.searchsorted(slot_zone[order], np.arange(len(zones) + 1))
+    return {zone: (tasks[order[start:stop]], clients[order[start:stop]])
+            for zone, start, stop in zip(zones, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True) if stop > start}
 
 
 def _traffic_swap_ok(state: _Standbys, pricing: _Pricing, task: int, client: int, other: int, other_client: int) -> bool:
