@@ -20,7 +20,7 @@ tasks balance needs are ever moved.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from assignor import rack_aware
@@ -99,12 +99,10 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     standbys = rack_aware.optimize_standbys(group, actives, standbys, config, ranking, view)
 
     placement = _Placement()
-    requests: list[_WarmupRequest] = []
     for task in group.stateless:
         placement.active[task] = actives[task]
         _explain_active(placement, group, task, actives[task], ranking=None)
-    for task in group.stateful:
-        requests.extend(_place_stateful(placement, group, ranking, task, actives[task], standbys.get(task, ())))
+    requests = _place_stateful(placement, group, ranking, actives, standbys)
     _grant_warmups(placement, requests, config.max_warmup_replicas)
     return _result(group, placement, config, report)
 
@@ -116,7 +114,31 @@ def _restores_more(group: Group, ranking: Ranking, balanced: dict[TaskId, str], 
     return restoration_cost(ranking, reshaped, moved) > restoration_cost(ranking, balanced, moved)
 
 
-def _place_stateful(
+def _place_stateful(placement: _Placement, group: Group, ranking: Ranking, actives: Mapping[TaskId, str],
+                    standbys: Mapping[TaskId, Sequence[str]]) -> list[_WarmupRequest]:
+    """Decide who runs each stateful task now and who restores it, given its target replicas.
+
+    Most tasks of a settled group that changes take their target as it is: its active is most
+    caught up and its standbys are caught up, so there is nothing to swap, substitute or warm
+    up (checked here, in one loop over the tasks); the others go through ``_place_task``.
+    """
+    requests: list[_WarmupRequest] = []
+    holders, absent, best, owners = ranking.holders, ranking.absent, ranking.best, group.prev_active_owner
+    for task in group.stateful:
+        target_active, target_standbys = actives[task], standbys.get(task, ())
+        ranks, rank_absent = holders[task], absent[task]
+        if ranks.get(target_active, rank_absent) == best[task] \
+                and all(ranks.get(client, rank_absent) == 0 for client in target_standbys):
+            placement.active[task] = target_active
+            if owners.get(task) != target_active:
+                _explain_active(placement, group, task, target_active, ranking)
+            placement.standbys[task] = list(target_standbys)
+        else:
+            requests.extend(_place_task(placement, group, ranking, task, target_active, target_standbys))
+    return requests
+
+
+def _place_task(
     placement: _Placement,
     group: Group,
     ranking: Ranking,
@@ -139,12 +161,6 @@ def _place_stateful(
         placement.probing = True
     placement.active[task] = active
     _explain_active(placement, group, task, active, ranking)
-    if active == target_active and all(ranks.get(client, absent) == 0 for client in target_standbys):
-        # The target as it is: nothing to swap, substitute or warm up (most tasks of a settled
-        # group that changes; the steps below decide the same, slower).
-        placement.standbys[task] = list(target_standbys)
-        return requests
-
     # The standby slots of the target; when the active runs on a target standby (the swap),
     # the target active takes over that client's slot and restores there.
     slots = [target_active if client == active else client for client in target_standbys]
