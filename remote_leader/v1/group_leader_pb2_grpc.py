@@ -5,7 +5,7 @@ import warnings
 
 from remote_leader.v1 import group_leader_pb2 as remote__leader_dot_v1_dot_group__leader__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
