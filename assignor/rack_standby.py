@@ -51,8 +51,7 @@ class _Standbys:
         client_index = index_of(self.clients)
         self.tasks = tuple(t for t in group.stateful if standbys.get(t))
         self.active = [client_index[actives[t]] for t in self.tasks]
-        self.holders = [[client_index[c] for c in holders] if len(holders) == 1 else
-                        sorted([client_index[c] for c in holders]) for holders in map(standbys.__getitem__, self.tasks)]
+        self.holders = [sorted([client_index[c] for c in standbys[t]]) for t in self.tasks]
         self.on_client: list[set[int]] = [set() for _ in self.clients]
         for task, holders in enumerate(self.holders):
             for client in holders:
