@@ -49,10 +49,10 @@ def environment(assignor_root: str) -> dict[str, str]:
     return env
 
 
-def run_row(script: str, row, assignor_root: str, flag: str = "--row") -> dict:
-    """``script FLAG <row as JSON>`` in a fresh process on ``assignor_root``; its last output line
-    is the row's result as JSON."""
-    out = subprocess.run([sys.executable, script, flag, json.dumps(row)], capture_output=True, text=True,
+def run_row(script: str, row, assignor_root: str, flag: str = "--row", python: str = sys.executable) -> dict:
+    """``script FLAG <row as JSON>`` in a fresh process of ``python`` on ``assignor_root``; its last
+    output line is the row's result as JSON."""
+    out = subprocess.run([python, script, flag, json.dumps(row)], capture_output=True, text=True,
                          cwd=ROOT, env=environment(assignor_root), check=False)
     if out.returncode:
         raise RuntimeError(f"{Path(script).name} {flag} {json.dumps(row)} failed:\n{out.stderr[-3000:]}")

@@ -7,6 +7,8 @@
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --rack   # rack-aware rows only
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --settled   # groups our assignor settled
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --varied    # ... whose changelog sizes vary
+    PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --settled --baseline-python OTHER/bin/python
+        # this assignor in another environment (other dependency versions: ortools, numpy)
 
 Groups come from ``bench.workloads.settled_then_joined``: a settled group (round-robin actives,
 caught up; standbys on the next clients, 30% lagging), then ``scale-out`` (10% of the clients are
@@ -30,8 +32,9 @@ Columns: ``s`` is the median of ``--repeat`` calls of ``assign``, each in a fres
 objects and a warm-up call excluded: a server's worker process pays them once, at start; one
 BLAS thread, as the server's workers and ``python -m assignor`` run), range in brackets; ``RSS
 MB`` the largest peak of those processes; ``REV s`` / ``ratio``: the same row on the assignor of
-git revision REV, its calls alternating with this code's in the same invocation (the machine's
-speed drifts); ``CPU s`` the CPU time of the same calls (for ``cli`` rows, of the whole
+git revision REV (or, with ``--baseline-python``, this checkout's assignor run by another
+interpreter: a venv with other versions of its dependencies), its calls alternating with this
+code's in the same invocation (the machine's speed drifts); ``CPU s`` the CPU time of the same calls (for ``cli`` rows, of the whole
 process), which the 2 shared cores' load disturbs far less than wall time, and ``CPU ratio``
 this code's median CPU time over the baseline's. ``cli`` rows time
 ``python -m assignor FILE`` end to end (process start, imports, JSON parsing, assignment,
@@ -169,11 +172,11 @@ def write_scenario(row: list, path: str) -> None:
         json.dump(problem_to_document(problem), handle)
 
 
-def time_cli(path: str, assignor_root: str, repeat: int) -> dict:
+def time_cli(path: str, assignor_root: str, repeat: int, python: str = sys.executable) -> dict:
     times, cpu = [], []
     for _ in range(repeat):
         started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-m", "assignor", path], check=True, stdout=subprocess.DEVNULL,
+        subprocess.run([python, "-m", "assignor", path], check=True, stdout=subprocess.DEVNULL,
                        env=environment(assignor_root), cwd=tempfile.gettempdir())
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         times.append(time.perf_counter() - started)
@@ -183,21 +186,22 @@ def time_cli(path: str, assignor_root: str, repeat: int) -> dict:
             "warmups": None, "probing": None, "cross_rack": None}
 
 
-def measure(row: list, root: str, repeat: int, scenario_file: str) -> dict:
+def measure(row: list, root: str, repeat: int, scenario_file: str, python: str = sys.executable) -> dict:
     if row[0] == "cli":
-        return time_cli(scenario_file, root, repeat)
+        return time_cli(scenario_file, root, repeat, python)
     if len(row) > 8:  # a settled row: its group is in the file
-        return run_row(__file__, [scenario_file, repeat], root, flag="--file-row")
-    return run_row(__file__, [row, repeat], root)
+        return run_row(__file__, [scenario_file, repeat], root, flag="--file-row", python=python)
+    return run_row(__file__, [row, repeat], root, python=python)
 
 
-def interleaved(row: list, roots: dict[str, str], repeat: int, scenario_file: str) -> dict[str, dict]:
+def interleaved(row: list, roots: dict[str, tuple[str, str]], repeat: int, scenario_file: str) -> dict[str, dict]:
     """``repeat`` single calls per assignor, alternating (baseline, this, baseline, ...), each in a
-    fresh process: the machine's speed drifts over minutes, so that both see the same drift."""
+    fresh process: the machine's speed drifts over minutes, so that both see the same drift.
+    ``roots``: per name, the assignor's root and the interpreter that runs it."""
     runs: dict[str, list[dict]] = {name: [] for name in roots}
     for _ in range(repeat):
-        for name, root in roots.items():
-            runs[name].append(measure(row, root, 1, scenario_file))
+        for name, (root, python) in roots.items():
+            runs[name].append(measure(row, root, 1, scenario_file, python))
     results = {}
     for name, measured in runs.items():
         seconds = [m["seconds"] for m in measured]
@@ -210,6 +214,9 @@ def interleaved(row: list, roots: dict[str, str], repeat: int, scenario_file: st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", metavar="REV", help="also run each row on the assignor of git revision REV")
+    parser.add_argument("--baseline-python", metavar="PYTHON",
+                        help="also run each row with this interpreter (a venv with other dependency versions) "
+                             "on this checkout's assignor")
     parser.add_argument("--repeat", type=int, default=3, help="calls per row (median shown)")
     parser.add_argument("--full", action="store_true", help="every scenario x subtopologies x standbys x racks")
     parser.add_argument("--large", action="store_true", help="only the 5,000 clients x 100,000 tasks rows")
@@ -229,17 +236,23 @@ def main() -> int:
         path, repeat = json.loads(args.file_row)
         print(json.dumps(time_assign_file(path, repeat)))
         return 0
+    if args.baseline and args.baseline_python:
+        parser.error("--baseline and --baseline-python: one at a time")
+    label = args.baseline or (f"python {args.baseline_python}" if args.baseline_python else None)
     rows = LARGE_ROWS if args.large else SETTLED_ROWS if args.settled else VARIED_ROWS if args.varied \
         else FULL_ROWS if args.full else DEFAULT_ROWS
     if args.rack:
         rows = [row for row in rows if row[7] != "none"]
     header = ["kind", "scenario", "subtopologies", "clients x tasks (standbys, racks)", "strategy", "s", "CPU s",
               "RSS MB", "warm-ups", "probing", "cross-rack"]
-    if args.baseline:
-        header[7:7] = [f"{args.baseline} s", f"{args.baseline} CPU s", "CPU ratio"]
+    if label:
+        header[7:7] = [f"{label} s", f"{label} CPU s", "CPU ratio"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     with assignor_roots(args.baseline) as roots, tempfile.TemporaryDirectory() as scratch:
+        runs = {name: (root, sys.executable) for name, root in roots.items()}
+        if args.baseline_python:  # first, as a baseline revision is
+            runs = {label: (roots[THIS], args.baseline_python), **runs}
         for row in rows:
             kind, scenario, subtopologies, clients, tasks, standbys, racks, strategy, *share = row
             scenario_file = str(Path(scratch) / "scenario.json")
@@ -249,7 +262,7 @@ def main() -> int:
                 scenario = f"{scenario} {share[0]:.1%}".replace(".0%", "%")
                 if len(share) > 1:
                     scenario += f", {share[1]:.0%} within lag"
-            results = interleaved(list(row), roots, args.repeat, scenario_file)
+            results = interleaved(list(row), runs, args.repeat, scenario_file)
             mine = results[THIS]
             cells = [kind, scenario, str(subtopologies), f"{clients:,} x {tasks:,} ({standbys}, {racks})", strategy,
                      f"{mine['seconds']:.2f} ({mine['range'][0]:.2f}–{mine['range'][1]:.2f})", f"{mine['cpu']:.2f}",
@@ -257,8 +270,8 @@ def main() -> int:
                      "" if mine["warmups"] is None else str(mine["warmups"]),
                      "" if mine["probing"] is None else str(mine["probing"]),
                      "" if mine["cross_rack"] is None else f"{mine['cross_rack']:,}"]
-            if args.baseline:
-                base = results[args.baseline]
+            if label:
+                base = results[label]
                 cells[7:7] = [f"{base['seconds']:.2f}", f"{base['cpu']:.2f}", f"{mine['cpu'] / base['cpu']:.2f}"]
             print(" | ".join(cells), flush=True)
     return 0
