@@ -123,15 +123,14 @@ def _place_stateful(placement: _Placement, group: Group, ranking: Ranking, activ
     up (checked here, in one loop over the tasks); the others go through ``_place_task``.
     """
     requests: list[_WarmupRequest] = []
-    holders, absent, best, owners = ranking.holders, ranking.absent, ranking.best, group.prev_active_owner
+    holders, absent, best = ranking.holders, ranking.absent, ranking.best
     for task in group.stateful:
         target_active, target_standbys = actives[task], standbys.get(task, ())
         ranks, rank_absent = holders[task], absent[task]
         if ranks.get(target_active, rank_absent) == best[task] \
                 and all(ranks.get(client, rank_absent) == 0 for client in target_standbys):
             placement.active[task] = target_active
-            if owners.get(task) != target_active:
-                _explain_active(placement, group, task, target_active, ranking)
+            _explain_active(placement, group, task, target_active, ranking)
             placement.standbys[task] = list(target_standbys)
         else:
             requests.extend(_place_task(placement, group, ranking, task, target_active, target_standbys))

@@ -34,9 +34,10 @@ BLAS thread, as the server's workers and ``python -m assignor`` run), range in b
 MB`` the largest peak of those processes; ``REV s`` / ``ratio``: the same row on the assignor of
 git revision REV (or, with ``--baseline-python``, this checkout's assignor run by another
 interpreter: a venv with other versions of its dependencies), its calls alternating with this
-code's in the same invocation (the machine's speed drifts); ``CPU s`` the CPU time of the same calls (for ``cli`` rows, of the whole
-process), which the 2 shared cores' load disturbs far less than wall time, and ``CPU ratio``
-this code's median CPU time over the baseline's. ``cli`` rows time
+code's in the same invocation (the machine's speed drifts); ``CPU s`` the CPU time of the same
+calls (for ``cli`` rows, of the whole process), which the 2 shared cores' load disturbs far
+less than wall time, and ``CPU ratio`` this code's median CPU time over the baseline's. ``cli``
+rows time
 ``python -m assignor FILE`` end to end (process start, imports, JSON parsing, assignment,
 output) on the scenario written as JSON.
 """
@@ -194,16 +195,16 @@ def measure(row: list, root: str, repeat: int, scenario_file: str, python: str =
     return run_row(__file__, [row, repeat], root, python=python)
 
 
-def interleaved(row: list, roots: dict[str, tuple[str, str]], repeat: int, scenario_file: str) -> dict[str, dict]:
+def interleaved(row: list, runs: dict[str, tuple[str, str]], repeat: int, scenario_file: str) -> dict[str, dict]:
     """``repeat`` single calls per assignor, alternating (baseline, this, baseline, ...), each in a
     fresh process: the machine's speed drifts over minutes, so that both see the same drift.
-    ``roots``: per name, the assignor's root and the interpreter that runs it."""
-    runs: dict[str, list[dict]] = {name: [] for name in roots}
+    ``runs``: per name, the assignor's root and the interpreter that runs it."""
+    measured_by: dict[str, list[dict]] = {name: [] for name in runs}
     for _ in range(repeat):
-        for name, (root, python) in roots.items():
-            runs[name].append(measure(row, root, 1, scenario_file, python))
+        for name, (root, python) in runs.items():
+            measured_by[name].append(measure(row, root, 1, scenario_file, python))
     results = {}
-    for name, measured in runs.items():
+    for name, measured in measured_by.items():
         seconds = [m["seconds"] for m in measured]
         results[name] = {**measured[-1], "seconds": statistics.median(seconds), "range": [min(seconds), max(seconds)],
                          "cpu": statistics.median(m["cpu"] for m in measured),
