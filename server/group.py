@@ -411,10 +411,7 @@ class Group:
         if instance and instance in self.instances:
             return self._replace_static(request, call_id, now_ms)
         outcome = Outcome()
-        for other in sorted(self.members.values(), key=lambda m: m.member_id):
-            if other.process_id == sub.process_id:
-                # The same worker process joining afresh: its old member is gone for good.
-                outcome.effects += self._remove_member(other, ErrorCode.UNKNOWN_MEMBER_ID, "superseded by a new member of the same process")
+        outcome.effects += self._supersede_process(sub.process_id, None)
         topology_trigger = self._adopt_topology(sub)
         member = Member.from_join(request, request.new_member_id, now_ms)
         self.members[member.member_id] = member
@@ -434,6 +431,8 @@ class Group:
         old_call = self._unpark(old)
         if old_call is not None:
             outcome.effects.append(Reply(old_call, JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, "fenced by a newer member with the same group_instance_id")))
+        superseded = self._supersede_process(request.subscription.process_id, None)
+        outcome.effects += superseded
         topology_trigger = self._adopt_topology(request.subscription)
         member = Member.from_join(request, request.new_member_id, now_ms)
         self.members[member.member_id] = member
@@ -444,7 +443,8 @@ class Group:
         )
         if old.process_id != member.process_id:
             self._rekey_process(old.process_id, member.process_id)
-        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and topology_trigger is None:
+        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and topology_trigger is None \
+                and not superseded:
             member.synced = False
             self.unsynced.add(member.member_id)
             self._rebuild_cluster()
@@ -453,6 +453,18 @@ class Group:
             outcome.response = JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version)
             return outcome
         return self._park(member, call_id, topology_trigger or Trigger.MEMBER_REJOINED, now_ms, outcome)
+
+    def _supersede_process(self, process_id: str, claimant: str | None) -> list:
+        """A process id names one live member (the assignor's client): a join that claims the
+        id of another live member means that worker process restarted, so every other member
+        holding it (all but ``claimant``) is gone for good. Without this, two members would
+        share one client's tasks, or a static restart would take over another's assignment."""
+        effects: list = []
+        for other in sorted(self.members.values(), key=lambda m: m.member_id):
+            if other.process_id == process_id and other.member_id != claimant:
+                effects += self._remove_member(other, ErrorCode.UNKNOWN_MEMBER_ID,
+                                               "superseded by a new member of the same process")
+        return effects
 
     def _rekey_process(self, old_pid: str, new_pid: str) -> None:
         if self.result is None or old_pid not in self.result.clients:
@@ -472,6 +484,7 @@ class Group:
         previous = self._unpark(member)
         if previous is not None:
             outcome.effects.append(Reply(previous, JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer JoinGroup of the same member")))
+        outcome.effects += self._supersede_process(request.subscription.process_id, member.member_id)
         topology_trigger = self._adopt_topology(request.subscription)
         member.update(request, now_ms)
         self._take_report(member, request.subscription.lags, now_ms)

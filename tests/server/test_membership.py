@@ -112,6 +112,40 @@ async def test_static_member_with_a_new_process_id_keeps_its_tasks(leader):
     assert sorted(restarted.active()) == tasks
 
 
+def _actives_by_member(group: pb.GroupDescription) -> dict[str, list[str]]:
+    return {m.member_id: sorted(f"{t.subtopology}_{t.partition}" for t in m.active) for m in group.members}
+
+
+async def test_rejoin_claiming_another_members_process_id_supersedes_it(leader):
+    """One process id, one client: a member that rejoins as another live member's process
+    supersedes it, so no task ends up active on two workers."""
+    a, b = await _pair(leader)
+    b.process_id = a.process_id
+    await rebalance(leader.clock, [b])
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    assert sorted(b.active()) == ["0_0", "0_1", "0_2"]
+    group = await _describe(leader)
+    assert _actives_by_member(group) == {b.member_id: ["0_0", "0_1", "0_2"]}
+
+
+async def test_static_restart_claiming_another_members_process_id_rebalances(leader):
+    """A static restart may take its predecessor's place without a rebalance, but not another
+    live member's process id: that member is superseded and the group rebalances, so every
+    task keeps exactly one active."""
+    a = leader.worker(instance_id="worker-a")
+    b = leader.worker(instance_id="worker-b")
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    generation = a.generation
+    restarted = leader.worker(instance_id="worker-a", process_id=b.process_id)
+    await rebalance(leader.clock, [restarted])
+    assert restarted.generation > generation
+    assert sorted(restarted.active()) == ["0_0", "0_1", "0_2"]
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
+    group = await _describe(leader)
+    assert _actives_by_member(group) == {restarted.member_id: ["0_0", "0_1", "0_2"]}
+
+
 async def test_version_probing_runs_the_group_at_the_lowest_version(leader):
     config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
     new = leader.worker(version=2, latest_supported_version=2, port=7001, config=config)
