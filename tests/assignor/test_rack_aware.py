@@ -70,6 +70,24 @@ def test_rack_awareness_stands_down_with_a_reason(tasks, clients, strategy, reas
     assert result.rack_awareness.disabled_reason == reason
 
 
+def test_rack_awareness_stands_down_beyond_max_racks_and_assigns_as_without_it():
+    """One rack per client (host names given as racks) would make rack-aware work grow with
+    tasks x clients: beyond ``MAX_RACKS`` racks the assignment is the one without racks."""
+    from assignor.rack_aware import MAX_RACKS
+
+    count = MAX_RACKS + 1
+    clients = [ClientState(f"c{i:03d}", rack=f"host-{i:03d}") for i in range(count)]
+    tasks = [TaskSpec(TaskId(0, p), False, partitions=(_tp("t", p, f"host-{p % count:03d}"),))
+             for p in range(2 * count)]
+    result = assign(tasks, clients, AssignmentConfig(rack_aware_strategy="min_traffic"))
+    assert not result.rack_awareness.enabled
+    assert result.rack_awareness.disabled_reason == f"{count} client racks, more than {MAX_RACKS}"
+    without = assign(tasks, clients, AssignmentConfig())
+    assert {c: a.active for c, a in result.clients.items()} == {c: a.active for c, a in without.clients.items()}
+    at_bound = assign(tasks[:2 * MAX_RACKS], clients[:MAX_RACKS], AssignmentConfig(rack_aware_strategy="min_traffic"))
+    assert at_bound.rack_awareness.enabled
+
+
 def test_report_counts_active_cross_rack_partitions_before_and_after():
     # The balanced target puts 0_0 on a and 0_1 on b; traffic wants them swapped.
     tasks = [TaskSpec(TaskId(0, 0), False, partitions=(_tp("t", 0, "r2"),)),
