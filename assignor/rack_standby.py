@@ -17,8 +17,9 @@ standbys that sit on clients not caught up on them: rack awareness reshapes the 
 never makes more of it wait for restoration than the lag-aware flow chose (the monotone
 quantity behind convergence, docs/assignor.md). Both passes repeat until nothing changes, so
 feeding the output back changes nothing. The
-partner search is greedy, as the KIP proposes: not a global optimum. A clear bound on
-partner checks keeps adversarial groups fast (``SEARCH_BUDGET``).
+partner search is greedy, as the KIP proposes: not a global optimum. Clear bounds on partner
+checks (``SEARCH_BUDGET``) and on the work of spread searches (``SPREAD_BUDGET``, per
+standby) keep adversarial groups fast: past them, the standbys stay as the last swap left them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ from assignor.ranking import Ranking
 from assignor.target import Group
 
 SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
+# Locations weighed and clients looked at by spread searches, per standby of the group
+# (``_Standbys.spread_budget``): where most standbys cannot spread further (client tags of
+# many keys, each location a handful of clients), every pass tried every location for every
+# such standby again, unbounded (1,000 clients x 20,000 tasks, 1 standby, tag keys of 3 values
+# each: 4 keys 15 s, 5 keys 49 s, 20 keys 426 s; within this budget 5, 3.4 and 2.7 s). The
+# bench's round-robin rack rows spend up to 20 per standby, two tag keys of 3 values 200.
+SPREAD_BUDGET = 500
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
 MAX_ROUNDS = 50
 LOSS_INDEX_AFTER = 10_000  # partner checks after which the spread search builds its loss index
@@ -66,6 +74,7 @@ class _Standbys:
         self.moves_memo: dict[tuple, dict[tuple[int, tuple[int, ...]], int]] = {}
         self.moves_of: list[dict[tuple[int, tuple[int, ...]], int] | None] = [None] * len(self.tasks)
         self.budget = SEARCH_BUDGET
+        self.spread_budget = SPREAD_BUDGET * sum(map(len, self.holders))
         self.swapped: set[int] = set()
         # For whole zones at once (``_ZoneDeltas``): each task's active location, and whether it
         # has one standby (swaps keep every task's count, so this never changes).
@@ -275,9 +284,10 @@ def _spread_pass(state: _Standbys) -> bool:
 
 def _improve_spread(state: _Standbys, task: int) -> bool:
     current = state.spread_now(task)
-    if current == 0:
+    if current == 0 or state.spread_budget <= 0:
         return False
     for client in list(state.holders[task]):
+        state.spread_budget -= len(state.classes)
         options = []
         for cls in state.classes:
             if cls != state.loc[client]:
@@ -309,7 +319,9 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     if state.losses is None and SEARCH_BUDGET - state.budget >= LOSS_INDEX_AFTER:
         state.losses = _Losses(state)
     below = None if state.losses is None else state.losses.below(cls, arriving, gain)
-    for other_client in _members_to_scan(state, task, client, cls, start):
+    scanned = _members_to_scan(state, task, client, cls, start)
+    state.spread_budget -= 1 + len(scanned) + (len(state.ready_on[client]) if state.ready is not None else 0)
+    for other_client in scanned:
         if below is not None:
             fitting = [tasks for by_client in below if (tasks := by_client.get(other_client))]
             if not fitting:

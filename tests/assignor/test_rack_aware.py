@@ -131,6 +131,42 @@ def test_tags_spread_standbys_and_a_key_with_too_few_values_is_relaxed():
     assert Counter(h for hs in out.values() for h in hs) == Counter(h for hs in standbys.values() for h in hs)
 
 
+def _many_tags_case(keys: int):
+    """Clients tagged with ``keys`` keys of 2 values each, one client per location, 2 standbys
+    per task: 3 replicas over 2 values repeat one on every key, so no task's spread reaches 0
+    and searches keep failing."""
+    clients = [ClientState(f"c{i:02d}", tags=MappingProxyType({f"k{k}": f"v{(i >> k) & 1}" for k in range(keys)}))
+               for i in range(2 ** keys)]
+    specs = [TaskSpec(TaskId(0, p), True, 100) for p in range(len(clients))]
+    actives = {spec.id: clients[p].id for p, spec in enumerate(specs)}
+    standbys = {spec.id: tuple(sorted((clients[p ^ 1].id, clients[p ^ 2].id))) for p, spec in enumerate(specs)}
+    config = AssignmentConfig(num_standby_replicas=2, rack_aware_assignment_tags=tuple(f"k{k}" for k in range(keys)))
+    return Group.of(specs, clients), actives, standbys, config
+
+
+def test_spread_searches_stop_at_their_budget(monkeypatch):
+    """Spread searches are bounded per standby (SPREAD_BUDGET): with none left, no search runs
+    and the standbys stay as given; with a little, the searches stop within it."""
+    group, actives, standbys, config = _many_tags_case(keys=5)
+    searches = []
+    scan = rack_standby._members_to_scan
+    monkeypatch.setattr(rack_standby, "_members_to_scan", lambda *args: searches.append(1) or scan(*args))
+    monkeypatch.setattr(rack_standby, "SPREAD_BUDGET", 0)
+    assert optimize_standbys(group, actives, standbys, config) == standbys
+    assert searches == []
+    monkeypatch.setattr(rack_standby, "SPREAD_BUDGET", 1)  # 64 units: two locations weighed
+    bounded = optimize_standbys(group, actives, standbys, config)
+    bounded_searches = len(searches)
+    assert 0 < bounded_searches < 2 * len(group.clients)
+    monkeypatch.setattr(rack_standby, "SPREAD_BUDGET", 10**6)
+    searches.clear()
+    unbounded = optimize_standbys(group, actives, standbys, config)
+    assert len(searches) > 3 * bounded_searches
+    for out in (bounded, unbounded):
+        assert Counter(h for hs in out.values() for h in hs) == Counter(h for hs in standbys.values() for h in hs)
+        assert all(actives[task] not in holders for task, holders in out.items())
+
+
 def test_traffic_swap_between_racks():
     # Standbys are already in another rack than their actives; a swap puts each next to its input.
     clients = [ClientState("a", rack="r1"), ClientState("b", rack="r2"), ClientState("c", rack="r3"),
