@@ -99,6 +99,7 @@ class Settings:
     max_partitions_per_group: int = _DEFAULT_LIMITS.max_partitions_per_group
     max_subtopologies: int = _DEFAULT_LIMITS.max_subtopologies
     max_tasks_per_group: int = _DEFAULT_LIMITS.max_tasks_per_group
+    max_store_partitions_per_group: int = _DEFAULT_LIMITS.max_store_partitions_per_group
     max_members_per_group: int = _DEFAULT_LIMITS.max_members_per_group
     max_groups: int = _DEFAULT_LIMITS.max_groups
     max_tasks_per_assign: int = _DEFAULT_LIMITS.max_tasks_per_assign

@@ -55,8 +55,8 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
         (f"--{name.replace('_', '-')}", name, f"REMOTE_LEADER_{name.upper()}", int)
         for name in (
             "max_message_bytes", "max_partitions_per_topic", "max_partitions_per_group", "max_subtopologies",
-            "max_tasks_per_group", "max_members_per_group", "max_groups", "max_tasks_per_assign",
-            "max_clients_per_assign", "max_rebalance_timeout_ms",
+            "max_tasks_per_group", "max_store_partitions_per_group", "max_members_per_group", "max_groups",
+            "max_tasks_per_assign", "max_clients_per_assign", "max_rebalance_timeout_ms",
         )
     ),
     ("--store", "store", "REMOTE_LEADER_STORE", str),
@@ -107,9 +107,11 @@ _HELP: dict[str, str] = {
                    "reaches the port; with authentication and ACLs when configured) or off",
     "--max-message-bytes": "largest request grpc accepts, bytes (RESOURCE_EXHAUSTED beyond)",
     "--max-partitions-per-topic": "largest partition_count of a source topic",
-    "--max-partitions-per-group": "partitions of all of a topology's source topics",
+    "--max-partitions-per-group": "partitions of all of a topology's source topics, each subtopology's listing counted",
     "--max-subtopologies": "subtopologies in a topology",
     "--max-tasks-per-group": "tasks a topology forms (and entries of a lag report)",
+    "--max-store-partitions-per-group": "store partitions a topology forms: each subtopology's state stores "
+                                        "times its tasks (SyncGroup's host maps list every one)",
     "--max-members-per-group": "members of one group; a newcomer beyond it gets RESOURCE_EXHAUSTED",
     "--max-groups": "groups on this server; a new group beyond it gets RESOURCE_EXHAUSTED",
     "--max-tasks-per-assign": "tasks of one Assign problem (and of each client's lags and previous tasks)",

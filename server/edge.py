@@ -176,6 +176,8 @@ def topology_from_proto(msg: pb.Topology, where: str) -> Topology:
             for k, pr in enumerate(topic.partition_racks):
                 if pr.partition < 0 or (topic.partition_count and pr.partition >= topic.partition_count):
                     raise InvalidInput(f"{there}.partition_racks[{k}].partition", f"no partition {pr.partition}")
+                for m, rack in enumerate(pr.racks):
+                    _identifier(rack, f"{there}.partition_racks[{k}].racks[{m}]", required=True)
                 racks.append((pr.partition, frozenset(pr.racks)))
             topics.append(SourceTopic(name, topic.partition_count, tuple(sorted(racks, key=lambda r: r[0]))))
         state_stores = []
@@ -250,8 +252,9 @@ def subscription_from_proto(msg: pb.Subscription, where: str = "subscription") -
             raise InvalidInput(f"{where}.endpoint.port", f"must be in 1..65535, got {msg.endpoint.port}")
         endpoint = HostInfo(msg.endpoint.host, msg.endpoint.port)
     rack = _identifier(msg.rack, f"{where}.rack", required=True) if msg.HasField("rack") else None
-    for key in msg.client_tags:
+    for key, value in msg.client_tags.items():
         _identifier(key, f"{where}.client_tags", required=True)
+        _identifier(value, f"{where}.client_tags[{key!r}]", required=True)
     if msg.num_threads < 1:
         raise InvalidInput(f"{where}.num_threads", f"must be >= 1, got {msg.num_threads}")
     if not msg.HasField("topology"):

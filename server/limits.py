@@ -33,6 +33,7 @@ class Limits:
     max_partitions_per_group: int = 100_000
     max_subtopologies: int = 1_000
     max_tasks_per_group: int = 50_000
+    max_store_partitions_per_group: int = 200_000
     max_members_per_group: int = 10_000
     max_groups: int = 10_000
     max_tasks_per_assign: int = 50_000
@@ -61,11 +62,16 @@ def _over(limits: Limits, name: str, value: int, what: str, code: grpc.StatusCod
 
 
 def check_topology(limits: Limits, topology: Any, where: str) -> None:
-    """Partitions per topic and per group, subtopologies and tasks (one task per partition of a
-    subtopology's widest source topic, as Kafka Streams forms them)."""
+    """Partitions per topic and per group, subtopologies, tasks (one task per partition of a
+    subtopology's widest source topic, as Kafka Streams forms them) and store partitions (each
+    task's state stores). The answers grow with what is counted: SyncGroup's host maps list
+    every task's topic partitions and store partitions, so each subtopology's listing of a
+    topic counts (Kafka Streams lets a topic feed one subtopology only; listed in 500, 1,000
+    topics of 100 partitions would be 50 million entries) and a few bytes of store names would
+    otherwise buy the server gigabytes of answer. Each sum is checked as it grows: a long
+    request is refused at its first subtopology over a limit."""
     _over(limits, "max_subtopologies", len(topology.subtopologies), f"{where}.subtopologies")
-    partitions: dict[str, int] = {}
-    tasks = 0
+    partitions = tasks = store_partitions = 0
     for i, sub in enumerate(topology.subtopologies):
         widest = 0
         for j, topic in enumerate(sub.source_topics):
@@ -73,11 +79,13 @@ def check_topology(limits: Limits, topology: Any, where: str) -> None:
                   f"{where}.subtopologies[{i}].source_topics[{j}].partition_count")
             _over(limits, "max_partitions_per_topic", len(topic.partition_racks),
                   f"{where}.subtopologies[{i}].source_topics[{j}].partition_racks")
-            partitions[topic.name] = max(partitions.get(topic.name, 0), topic.partition_count)
+            partitions += topic.partition_count
             widest = max(widest, topic.partition_count)
         tasks += widest
-    _over(limits, "max_partitions_per_group", sum(partitions.values()), f"{where} partitions")
-    _over(limits, "max_tasks_per_group", tasks, f"{where} tasks")
+        store_partitions += widest * len(sub.state_stores)
+        _over(limits, "max_partitions_per_group", partitions, f"{where} partitions")
+        _over(limits, "max_tasks_per_group", tasks, f"{where} tasks")
+        _over(limits, "max_store_partitions_per_group", store_partitions, f"{where} store partitions")
 
 
 def check_lag_report(limits: Limits, report: Any, where: str) -> None:

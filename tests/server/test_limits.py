@@ -48,6 +48,74 @@ async def test_tasks_per_group_count_the_widest_topic_of_each_subtopology(tmp_pa
         await rebalance(s.clock, [fits], advance_ms=3_000)
 
 
+async def test_partitions_per_group_count_a_topic_listed_by_each_subtopology(tmp_path):
+    """SyncGroup's host maps list each task's topic partitions: one topic of 60 partitions
+    listed by two subtopologies is 120 entries, and counts as such."""
+    shared = pb.Topology(subtopologies=[
+        pb.Subtopology(id=i, source_topics=[pb.SourceTopic(name="shared", partition_count=60)]) for i in range(2)
+    ])
+    async with running_server(tmp_path, max_partitions_per_group=100) as s:
+        error = await _refused(s.stub.JoinGroup, s.worker(topo=shared).join_request())
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert ("subscription.topology partitions: 120 exceeds max_partitions_per_group = 100"
+                " (limit --max-partitions-per-group)") in error.details()
+        assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+
+
+def _stores(names: list[str]) -> list[pb.StateStore]:
+    return [pb.StateStore(name=name, logged=True) for name in names]
+
+
+def _store_heavy(extra_subtopology: bool) -> pb.Topology:
+    """100 store partitions: 10 tasks x 4 stores, and 20 tasks (the widest of two topics, not
+    their sum) x 3 stores; one more subtopology of one task and one store makes 101."""
+    subtopologies = [
+        pb.Subtopology(id=0, source_topics=[pb.SourceTopic(name="a", partition_count=10)],
+                       state_stores=_stores([f"a{k}" for k in range(4)])),
+        pb.Subtopology(id=1, source_topics=[pb.SourceTopic(name="b", partition_count=20),
+                                            pb.SourceTopic(name="c", partition_count=5)],
+                       state_stores=_stores([f"b{k}" for k in range(3)])),
+    ]
+    if extra_subtopology:
+        subtopologies.append(pb.Subtopology(id=2, source_topics=[pb.SourceTopic(name="d", partition_count=1)],
+                                            state_stores=_stores(["d0"])))
+    return pb.Topology(subtopologies=subtopologies)
+
+
+async def test_store_partitions_count_each_subtopology_s_stores_times_its_tasks(tmp_path):
+    async with running_server(tmp_path, max_store_partitions_per_group=100) as s:
+        error = await _refused(s.stub.JoinGroup, s.worker(topo=_store_heavy(True)).join_request())
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert ("subscription.topology store partitions: 101 exceeds max_store_partitions_per_group = 100"
+                " (limit --max-store-partitions-per-group)") in error.details()
+        assert s.server.metrics.registry.get_sample_value("remote_leader_requests_refused_total", {
+            "method": "JoinGroup", "code": "INVALID_ARGUMENT", "reason": "max_store_partitions_per_group"}) == 1.0
+        assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+        fits = s.worker(topo=_store_heavy(False), port=7001)
+        await rebalance(s.clock, [fits], advance_ms=3_000)
+        # the SyncGroup host map lists exactly the store partitions the limit counted
+        assert [len(h.store_partitions) for h in fits.assignment.partitions_by_host] == [100]
+
+
+async def test_rack_names_and_tag_values_of_255_characters_join(tmp_path):
+    """The longest identifier is accepted; one character more is refused (test_service.py)."""
+    topo = topology(3)
+    topo.subtopologies[0].source_topics[0].partition_racks.add(partition=2, racks=["r" * 255, "rack-b"])
+    async with running_server(tmp_path) as s:
+        request = s.worker(topo=topo).join_request()
+        request.subscription.client_tags["zone"] = "z" * 255
+        joined = asyncio.ensure_future(s.stub.JoinGroup(request))
+        members = []
+        for _ in range(500):  # the join waits at the group's first barrier, already in the group
+            await asyncio.sleep(0.01)
+            members = (await s.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group.members
+            if members:
+                break
+        assert [dict(m.client_tags) for m in members] == [{"zone": "z" * 255}]
+        await s.clock.advance(3_000)
+        assert (await asyncio.wait_for(joined, 10)).error_code == epb.ERROR_CODE_NONE
+
+
 async def test_rebalance_timeout_has_an_upper_bound(tmp_path):
     async with running_server(tmp_path) as s:
         request = s.worker().join_request()

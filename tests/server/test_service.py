@@ -50,6 +50,22 @@ def _without(field: str) -> pb.JoinGroupRequest:
     return request
 
 
+def _tagged(key: str, value: str) -> pb.JoinGroupRequest:
+    request = _join()
+    request.subscription.client_tags[key] = value
+    return request
+
+
+def _racked(*racks: str) -> pb.Topology:
+    """Three partitions; partition 1 has replicas on these racks."""
+    topo = topology(3)
+    topo.subtopologies[0].source_topics[0].partition_racks.add(partition=1, racks=list(racks))
+    return topo
+
+
+_RACKS = "subscription.topology.subtopologies[0].source_topics[0].partition_racks[0].racks"
+
+
 _BAD_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(subtopology=0, partition=1), lag=-7)])
 _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1), lag=3), apb.TaskLag(task=apb.TaskId(partition=1), lag=4)])
 
@@ -70,6 +86,12 @@ _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1)
         pytest.param(_join(subscription__topology=pb.Topology()), "subscription.topology.subtopologies", id="empty-topology"),
         pytest.param(_join(subscription__topology=topology(-1)), "subscription.topology.subtopologies[0].source_topics[0].partition_count", id="negative-partitions"),
         pytest.param(_join(subscription__endpoint=pb.HostInfo(host="h", port=70000)), "subscription.endpoint.port", id="bad-port"),
+        pytest.param(_join(subscription__topology=_racked("rack-a", "")), f"{_RACKS}[1]", id="empty-partition-rack"),
+        pytest.param(_join(subscription__topology=_racked("r" * 256)), f"{_RACKS}[0]", id="partition-rack-too-long"),
+        pytest.param(_join(subscription__topology=_racked("rack\x00a")), f"{_RACKS}[0]", id="control-character-partition-rack"),
+        pytest.param(_tagged("zone", ""), "subscription.client_tags['zone']", id="empty-tag-value"),
+        pytest.param(_tagged("zone", "z" * 256), "subscription.client_tags['zone']", id="tag-value-too-long"),
+        pytest.param(_tagged("zone", "eu\n1"), "subscription.client_tags['zone']", id="control-character-tag-value"),
         pytest.param(_join(subscription__lags=_BAD_TASK_LAG), "subscription.lags.task_lags[0].lag", id="negative-lag"),
         pytest.param(_join(subscription__lags=_DUP_TASK_LAG), "subscription.lags.task_lags[1].task", id="duplicate-lag"),
         pytest.param(_join(subscription__config=apb.AssignmentConfig(max_warmup_replicas=0)), "subscription.config.max_warmup_replicas", id="config-below-minimum"),
