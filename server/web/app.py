@@ -6,10 +6,11 @@ coordinator's group views directly, between two handlers, so what it shows is wh
 POST route.
 
 - ``/`` lists the groups: state, generation, members, warm-ups in flight, next probe.
-- ``/groups/{group_id}`` shows one group: members (endpoint, rack, threads, last report), the
-  assignment as a tasks × members picture (active, standby, warm-up, with lags), warm-up lags
-  over time against ``acceptable_recovery_lag``, the next probing rebalance and why, and the
-  recent rebalances. Both pages reload themselves every ``REFRESH_S`` seconds.
+- ``/groups/{group_id}`` (the id percent-encoded as one segment: ``group_path``) shows one
+  group: members (endpoint, rack, threads, last report), the assignment as a tasks × members
+  picture (active, standby, warm-up, with lags), warm-up lags over time against
+  ``acceptable_recovery_lag``, the next probing rebalance and why, and the recent rebalances.
+  Both pages reload themselves every ``REFRESH_S`` seconds.
 - ``/static/plotly.min.js`` is plotly's own bundle, served from the installed package: nothing
   is fetched from the internet.
 
@@ -30,6 +31,7 @@ import ipaddress
 import json
 import ssl
 import time
+import urllib.parse
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -57,6 +59,17 @@ _templates = jinja2.Environment(
     autoescape=jinja2.select_autoescape(["html"]),
     undefined=jinja2.StrictUndefined,
 )
+
+
+def group_path(group_id: str) -> str:
+    """The path of a group's page, its id percent-encoded as one segment: jinja's urlencode
+    keeps '/', so group ``a/b`` linked to ``/groups/a/b`` (no such page) and ``../metrics`` to
+    ``/metrics``. The route decodes the segment back (aiohttp matches on the path with ``%2F``
+    still encoded)."""
+    return "/groups/" + urllib.parse.quote(group_id, safe="")
+
+
+_templates.filters["group_path"] = group_path
 
 
 def _plotly_js() -> bytes:

@@ -5,13 +5,16 @@ authentication and per-group describe permission as DescribeGroup (server/auth.p
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 import socket
 import ssl
+import urllib.parse
 import uuid
 
 import aiohttp
 import pytest
+import yarl
 
 from assignor.model import AssignmentConfig, HostInfo, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
@@ -105,6 +108,39 @@ async def test_a_group_of_real_members_on_its_page(tmp_path):
         assert durations and float(durations[-1]) >= 0.1, durations  # newest first: the last row is generation 1
         status, _ = await get(f"{base}/groups/nobody")
         assert status == 404
+    finally:
+        for member in members:
+            await member.close()
+        await server.stop(0)
+
+
+#: Group ids a path would misread: a '/', a dot segment before one, markup, '%', '?' and '#',
+#: and non-ASCII text.
+AWKWARD_GROUPS = ["a/b", "../metrics", "<i>x</i>", "100%", "q?x=1#top", "Grüße/東京 ✓"]
+
+
+async def test_every_group_link_opens_that_group_s_own_page(tmp_path):
+    server = await start(tmp_path)
+    members = []
+    try:
+        address = f"127.0.0.1:{server.port}"
+        for group in AWKWARD_GROUPS:
+            members += await join_members(address, group, ["w1"])
+        base = f"http://127.0.0.1:{server.metrics_port}"
+        status, listing = await get(f"{base}/")
+        assert status == 200
+        links = {html.unescape(group): html.unescape(href) for group, href in
+                 re.findall(r'data-group="([^"]*)">\s*<td><a href="([^"]*)">', listing)}
+        assert sorted(links) == sorted(AWKWARD_GROUPS)
+        async with aiohttp.ClientSession() as session:
+            for group, href in links.items():
+                # what a browser requests for the link: relative to the list, dot segments resolved
+                url = yarl.URL(urllib.parse.urljoin(f"{base}/", href), encoded=True)
+                async with session.get(url) as response:
+                    page = await response.text()
+                assert response.status == 200, (group, href, str(url))
+                assert f"<title>remote-leader: {html.escape(group)}</title>" in page, (group, href)
+                assert 'data-member="w1"' in page
     finally:
         for member in members:
             await member.close()

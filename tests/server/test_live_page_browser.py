@@ -17,6 +17,7 @@ from client.demo import Changelogs, SimulatedWorker
 from client.member import GroupMember, MemberConfig, open_channel
 from server.app import LeaderServer, Settings
 from tests.browser import Browser
+from tests.server.test_live_page import AWKWARD_GROUPS, join_members
 
 GROUP = "orders-app"
 TOPOLOGY = Topology.of("orders", (Subtopology.of(0, ("orders",), 6, (StateStore("counts"),)),))
@@ -119,4 +120,34 @@ async def test_the_live_page_follows_a_scale_out_until_the_warm_ups_finish(tmp_p
     finally:
         await run(browser.close)
         await workers.close()
+        await server.stop(0)
+
+
+async def test_each_group_link_in_the_list_opens_that_group_s_page(tmp_path):
+    """The browser resolves each link itself (dot segments, escapes), as a click would."""
+    server = LeaderServer(Settings(listen="127.0.0.1:0", state_dir=tmp_path, metrics_port=_free_port(),
+                                   initial_rebalance_delay_ms=100, min_session_timeout_ms=500,
+                                   drain_timeout_s=1.0, log_level="warning"))
+    await server.start()
+    members = []
+    browser = await asyncio.to_thread(Browser)
+    run = asyncio.to_thread
+    try:
+        for group in AWKWARD_GROUPS:
+            members += await join_members(f"127.0.0.1:{server.port}", group, ["w1"])
+        await run(browser.open, f"http://127.0.0.1:{server.metrics_port}/")
+        links = await run(browser.wait, lambda d: d.execute_script(
+            "return Array.from(document.querySelectorAll('#groups tr.group'),"
+            " row => [row.dataset.group, row.querySelector('a').href])"), 10, "the groups list")
+        assert sorted(group for group, _ in links) == sorted(AWKWARD_GROUPS)
+        for group, href in links:
+            await run(browser.open, href)
+            title = await run(browser.wait, lambda d: d.title, 10, f"the page of {group!r}")
+            assert title == f"remote-leader: {group}", (group, href)
+            assert await run(browser.wait, lambda d: browser.css('#members tr.member[data-member="w1"]'), 10,
+                             f"{group!r}'s member")
+    finally:
+        await run(browser.close)
+        for member in members:
+            await member.close()
         await server.stop(0)
