@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 UNBOUNDED_OFFSETS: Final = 1 << 62  # "max long as a proxy" for an unknown changelog size
-# The largest acceptable_recovery_lag: "max long" (an int64 on the wire). At this value every
-# client is caught up on every task, even one whose changelog size is unknown.
-MAX_ACCEPTABLE_RECOVERY_LAG: Final = (1 << 63) - 1
+# Java's long (an int64 on the wire): the largest lag, offset count or interval a scenario may give
+MAX_LONG: Final = (1 << 63) - 1
+# The largest acceptable_recovery_lag: "max long". At this value every client is caught up on
+# every task, even one whose changelog size is unknown.
+MAX_ACCEPTABLE_RECOVERY_LAG: Final = MAX_LONG
 
 _WIRE_RUNNING: Final = -1
 _WIRE_UNKNOWN: Final = -2
@@ -89,6 +91,8 @@ class Lag:
             raise ValueError(f"expected a non-negative integer, 'latest' or 'unknown', got {value!r}")
         if value < 0:
             raise ValueError(f"lag must be >= 0, got {value}")
+        if value > MAX_LONG:
+            raise ValueError(f"lag must be <= {MAX_LONG}, got {value}")
         return Lag(_OFFSETS, value)
 
     def to_json(self) -> int | str:
@@ -133,7 +137,10 @@ class Lag:
         unknown -> 4C+1, no state -> 4C+2 (C the changelog size)."""
         kind = self.kind
         if kind is _OFFSETS:
-            return 0 if self.offsets <= acceptable_recovery_lag else 4 * self.offsets
+            if self.offsets <= acceptable_recovery_lag:
+                return 0
+            # with no changelog size, no state is unbounded: worse than any lag reported
+            return 4 * (self.offsets if changelog_offsets is not None else min(self.offsets, UNBOUNDED_OFFSETS - 1))
         if kind is _RUNNING or whole_changelog_acceptable(changelog_offsets, acceptable_recovery_lag):
             return 0
         size = UNBOUNDED_OFFSETS if changelog_offsets is None else changelog_offsets

@@ -14,8 +14,14 @@ from types import MappingProxyType
 from typing import Final, NamedTuple
 
 from assignor.lag import MAX_ACCEPTABLE_RECOVERY_LAG as MAX_ACCEPTABLE_RECOVERY_LAG
+from assignor.lag import MAX_LONG as MAX_LONG
 from assignor.lag import RUNNING, Lag
 from assignor.lag import UNKNOWN as UNKNOWN
+
+# Java's int (an int32 on the wire): the widest id part, partition, thread count, replica count
+# or cost a scenario may give. Larger values are invalid input, not numbers to compute with
+# (threads of 2^63 overflowed numpy; a traffic cost of 2^49 overflowed the flow's costs).
+MAX_INT: Final = (1 << 31) - 1
 
 
 class InvalidInput(ValueError):
@@ -48,6 +54,8 @@ class TaskId(NamedTuple):
         head, sep, tail = text.partition("_")
         if not sep or not head.isdigit() or not tail.isdigit() or not head.isascii() or not tail.isascii():
             raise InvalidInput(field_name, f"expected '<subtopology>_<partition>' of non-negative integers, got {text!r}")
+        if len(head) > 10 or len(tail) > 10 or int(head) > MAX_INT or int(tail) > MAX_INT:
+            raise InvalidInput(field_name, f"subtopology and partition must be <= {MAX_INT}, got {text[:40]!r}")
         return cls(int(head), int(tail))
 
 
@@ -188,14 +196,15 @@ class AssignmentConfig:
     def __post_init__(self) -> None:
         _require_int("acceptable_recovery_lag", self.acceptable_recovery_lag, minimum=0,
                      maximum=MAX_ACCEPTABLE_RECOVERY_LAG)
-        _require_int("max_warmup_replicas", self.max_warmup_replicas, minimum=1)
-        _require_int("num_standby_replicas", self.num_standby_replicas, minimum=0)
-        _require_int("probing_rebalance_interval_ms", self.probing_rebalance_interval_ms, minimum=60_000)
-        _require_int("balance_factor", self.balance_factor, minimum=1)
+        _require_int("max_warmup_replicas", self.max_warmup_replicas, minimum=1, maximum=MAX_INT)
+        _require_int("num_standby_replicas", self.num_standby_replicas, minimum=0, maximum=MAX_INT)
+        _require_int("probing_rebalance_interval_ms", self.probing_rebalance_interval_ms, minimum=60_000,
+                     maximum=MAX_LONG)
+        _require_int("balance_factor", self.balance_factor, minimum=1, maximum=MAX_INT)
         for name in ("rack_aware_traffic_cost", "rack_aware_non_overlap_cost"):
             value = getattr(self, name)
             if value is not None:
-                _require_int(name, value, minimum=0)
+                _require_int(name, value, minimum=0, maximum=MAX_INT)
         try:
             object.__setattr__(self, "assignor", AssignorKind(self.assignor))
         except ValueError:

@@ -13,8 +13,9 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from assignor.lag import Lag
+from assignor.lag import MAX_LONG, Lag
 from assignor.model import (
+    MAX_INT,
     AssignmentConfig,
     AssignmentProblem,
     AssignmentResult,
@@ -57,6 +58,10 @@ def parse_problem_text(text: str) -> AssignmentProblem:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise InvalidInput("(document)", f"not valid JSON: {error.msg} at line {error.lineno}") from None
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise InvalidInput("(document)", "not valid JSON: a number too long to read") from None
+    except RecursionError:
+        raise InvalidInput("(document)", "not valid JSON: nested too deeply") from None
     return parse_problem(document)
 
 
@@ -92,13 +97,13 @@ def _parse_tasks(raw: Any) -> tuple[TaskSpec, ...]:
         if task_id in seen:
             raise InvalidInput(f"tasks[{index}].id", f"duplicate task id {task_id}")
         seen.add(task_id)
-        stateful = item.get("stateful", False)
+        stateful = item.get("stateful")
         if stateful is not True and stateful is not False:
-            raise InvalidInput(f"tasks[{index}].stateful", "expected true or false")
+            raise InvalidInput(f"tasks[{index}].stateful", "expected true or false" if "stateful" in item else "is required")
         changelog = item.get("changelog_offsets")
-        if changelog is not None and (type(changelog) is not int or changelog < 0):
+        if changelog is not None and (type(changelog) is not int or not 0 <= changelog <= MAX_LONG):
             raise InvalidInput(f"tasks[{index}].changelog_offsets",
-                               f"expected a non-negative integer, got {changelog!r}")
+                               f"expected an integer from 0 to {MAX_LONG}, got {changelog!r}")
         partitions = item.get("partitions")
         specs.append(TaskSpec(task_id, stateful, changelog,
                               _parse_partitions(partitions, f"tasks[{index}].partitions") if partitions is not None else ()))
@@ -119,10 +124,13 @@ def _parse_partitions(raw: Any, where: str) -> tuple[TopicPartition, ...]:
         if not isinstance(topic, str) or not topic:
             raise InvalidInput(f"{where}[{index}].topic", "expected a topic name")
         number = item.get("partition")
-        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-            raise InvalidInput(f"{where}[{index}].partition", f"expected a non-negative integer, got {number!r}")
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= MAX_INT:
+            raise InvalidInput(f"{where}[{index}].partition", f"expected an integer from 0 to {MAX_INT}, got {number!r}")
         racks = item.get("racks")
-        replicas = _RACK_SETS.get(tuple(racks)) if type(racks) is list else None
+        try:
+            replicas = _RACK_SETS.get(tuple(racks)) if type(racks) is list else None
+        except TypeError:  # a list inside: unhashable, and no rack name
+            replicas = None
         if replicas is None:
             replicas = _rack_set(racks, f"{where}[{index}].racks")
         partitions.append(TopicPartition(topic, number, replicas))
@@ -193,8 +201,8 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
             raise InvalidInput(f"{where}.id", f"duplicate client id {client_id!r}")
         seen.add(client_id)
         threads = item.get("threads", 1)
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise InvalidInput(f"{where}.threads", f"expected an integer >= 1, got {threads!r}")
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_INT:
+            raise InvalidInput(f"{where}.threads", f"expected an integer from 1 to {MAX_INT}, got {threads!r}")
         rack = item.get("rack")
         if rack is not None and not isinstance(rack, str):
             raise InvalidInput(f"{where}.rack", "expected a string")
@@ -237,6 +245,8 @@ def _parse_lags(raw: Any, where: str, tasks: _TaskIndex) -> dict[TaskId, Lag]:
         task_id = by_text.get(text)
         if task_id is None:
             task_id = tasks.lookup(text, f"{where}.{text}")
+            if task_id in lags or str(task_id) in raw:  # another spelling of one id (00_1 and 0_1)
+                raise InvalidInput(f"{where}.{text}", f"duplicate lag for task {task_id}")
         try:
             lags[task_id] = Lag.from_json(value)
         except ValueError as error:

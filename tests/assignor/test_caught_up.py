@@ -115,6 +115,17 @@ def test_an_unbounded_changelog_is_acceptable_only_at_the_largest_acceptable_lag
     assert len(final.clients["c"].active) == 1 and not final.probing_rebalance_needed
 
 
+def test_without_a_changelog_size_any_reported_lag_ranks_before_unknown_and_no_state():
+    """scenario.md: with no ``changelog_offsets``, a client without state has an unbounded lag,
+    worse than any reported one; "unknown" state is at most that. A lag above the proxy of
+    "max long" (2^62) ranked after both."""
+    from assignor.lag import MAX_LONG, NO_STATE, UNBOUNDED_OFFSETS, Lag
+
+    no_state, unknown = NO_STATE.rank(None, 100), UNKNOWN.rank(None, 100)
+    for offsets in (101, UNBOUNDED_OFFSETS - 1, UNBOUNDED_OFFSETS, UNBOUNDED_OFFSETS + 1, MAX_LONG):
+        assert Lag.behind(offsets).rank(None, 100) < unknown < no_state, offsets
+
+
 def test_acceptable_lag_beyond_the_largest_is_invalid():
     try:
         AssignmentConfig(acceptable_recovery_lag=MAX_ACCEPTABLE_RECOVERY_LAG + 1)

@@ -98,6 +98,22 @@ INVALID = [
     pytest.param(_with("clients.0.lags", {"0_0": 1.5}), "clients[0].lags.0_0", id="fractional-lag"),
     pytest.param(_with("clients.1.prev_standby", ["7_0"]), "clients[1].prev_standby[0]", id="unknown-prev-task"),
     pytest.param(_with("clients.1.prev_active", ["0_0"]), "clients[1].prev_active", id="two-prev-actives"),
+    # found by fuzzing an unseen input space: each was a traceback, a silent default or a wrong answer
+    pytest.param('{"version": 1, "tasks": [' * 100_000, "(document)", id="nested-too-deeply"),
+    pytest.param('{"version": 1, "tasks": [], "clients": [], "x": ' + "7" * 4301 + "}", "(document)",
+                 id="number-of-4301-digits"),
+    pytest.param(_with("tasks.0.id", "0_" + "1" * 4301), "tasks[0].id", id="task-id-of-4301-digits"),
+    pytest.param(_with("tasks.0.id", "0_2147483648"), "tasks[0].id", id="partition-beyond-int"),
+    pytest.param(_with("tasks.2", {"id": "1_0"}), "tasks[2].stateful", id="stateful-missing"),
+    pytest.param(_with("tasks.0.partitions", [{"topic": "t", "partition": 0, "racks": [["r1"]]}]),
+                 "tasks[0].partitions[0].racks", id="rack-not-a-name"),
+    pytest.param(_with("tasks.0.changelog_offsets", 2**63), "tasks[0].changelog_offsets", id="changelog-beyond-long"),
+    pytest.param(_with("clients.0.threads", 2**63), "clients[0].threads", id="threads-beyond-int"),
+    pytest.param(_with("clients.0.lags", {"0_0": 2**63}), "clients[0].lags.0_0", id="lag-beyond-long"),
+    pytest.param(_with("clients.0.lags", {"0_0": "latest", "00_0": 5}), "clients[0].lags.00_0", id="one-task-two-spellings"),
+    pytest.param(_with("config.rack_aware_traffic_cost", 2**49), "config.rack_aware_traffic_cost",
+                 id="traffic-cost-beyond-int"),
+    pytest.param(_with("config.num_standby_replicas", 2**31), "config.num_standby_replicas", id="standbys-beyond-int"),
 ]
 
 
