@@ -104,7 +104,51 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
         _explain_active(placement, group, task, actives[task], ranking=None)
     requests = _place_stateful(placement, group, ranking, actives, standbys)
     _grant_warmups(placement, requests, config.max_warmup_replicas)
+    if placement.probing and _balanced_once_caught_up(group, placement, config):
+        _stop_moving(group, placement)
     return _result(group, placement, config, report)
+
+
+def _balanced_once_caught_up(group: Group, placement: _Placement, config: AssignmentConfig) -> bool:
+    """Would the next rebalance keep this placement, every replica in it caught up by then
+    (``settled_assignment``: complete and balanced within ``balance_factor``)? Then its warm-ups
+    buy nothing. The target balances more strictly than scenario.md's "Balance" (stateful
+    actives on their own, subtopologies), so a placement that keeps actives on their
+    most-caught-up clients can already be balanced while the target still plans moves: the
+    next round's fast path kept it, and the warm-ups and the probing rebalance were wasted
+    (KIP-441 plans moves "stopping when it is able to create a balanced assignment")."""
+    active_counts = dict.fromkeys(group.clients, 0)
+    active_counts.update(Counter(placement.active.values()))
+    if not is_balanced(active_counts, group.threads, config.balance_factor):
+        return False
+    per_task = group.standby_count(config.num_standby_replicas)
+    replica_counts = dict.fromkeys(group.clients, 0)
+    for task in group.stateful:
+        standbys = placement.standbys.get(task, ())
+        if len(standbys) != per_task:
+            return False
+        replica_counts[placement.active[task]] += 1
+        for client in standbys:
+            replica_counts[client] += 1
+    return len(set(group.threads.values())) > 1 or is_balanced(replica_counts, group.threads, config.balance_factor)
+
+
+def _stop_moving(group: Group, placement: _Placement) -> None:
+    """The placement as the settled assignment it will be: no warm-ups, no probing, and the
+    standbys that waited for a move explained as the replicas they now are."""
+    placement.warmups.clear()
+    placement.probing = False
+    waiting = (ReasonCode.AWAITING_CATCH_UP, ReasonCode.STANDBY_AS_WARMUP)
+    placement.reasons = [r for r in placement.reasons if r.role is not Role.WARMUP and r.code not in waiting]
+    explained = {(r.task, r.client) for r in placement.reasons if r.role is Role.STANDBY}
+    for task, clients in placement.standbys.items():
+        for client in clients:
+            if (task, client) not in explained and not _held_before(group, task, client):
+                placement.reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.REPLICA_ADDED))
+
+
+def _held_before(group: Group, task: TaskId, client: str) -> bool:
+    return client == group.prev_active_owner.get(task) or client in group.prev_standby_holders.get(task, ())
 
 
 def _restores_more(group: Group, ranking: Ranking, balanced: dict[TaskId, str], reshaped: dict[TaskId, str]) -> bool:
@@ -124,6 +168,8 @@ def _place_stateful(placement: _Placement, group: Group, ranking: Ranking, activ
     """
     requests: list[_WarmupRequest] = []
     holders, absent, best = ranking.holders, ranking.absent, ranking.best
+    previous_holders, owners = group.prev_standby_holders, group.prev_active_owner
+    none: frozenset[str] = frozenset()
     for task in group.stateful:
         target_active, target_standbys = actives[task], standbys.get(task, ())
         ranks, rank_absent = holders[task], absent[task]
@@ -132,6 +178,10 @@ def _place_stateful(placement: _Placement, group: Group, ranking: Ranking, activ
             placement.active[task] = target_active
             _explain_active(placement, group, task, target_active, ranking)
             placement.standbys[task] = list(target_standbys)
+            previous = previous_holders.get(task, none)
+            for client in target_standbys:  # caught up there, but new (``_held_before``, inlined)
+                if client not in previous and client != owners.get(task):
+                    placement.reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.REPLICA_ADDED))
         else:
             requests.extend(_place_task(placement, group, ranking, task, target_active, target_standbys))
     return requests
@@ -182,6 +232,8 @@ def _place_task(
         moving_active = client == target_active
         if ranks.get(client, absent) == 0:
             standbys.append(client)
+            if not _held_before(group, task, client):
+                placement.reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.REPLICA_ADDED))
             continue
         if excluded is None:
             excluded = {active, *slots, *deferred, target_active, *target_standbys}
@@ -191,7 +243,7 @@ def _place_task(
             if moving_active:
                 placement.reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.STANDBY_AS_WARMUP,
                                                 f"restoring to take over the active from {active}"))
-            elif client not in group.prev_standby_holders.get(task, ()):
+            elif not _held_before(group, task, client):
                 placement.reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.REPLICA_ADDED))
             continue
         excluded.add(substitute)

@@ -162,24 +162,37 @@ class CostModel:
     def special_arcs(self, ranking: Ranking, task: TaskId, clients: Iterable[str],
                      sticky: Container[str], surcharge: int = 0) -> dict[str, int]:
         """The price of one task on each of ``clients`` that report state or held it: its tier
-        (lag-aware only) plus MOVE and ``surcharge`` unless the client is in ``sticky``; in one
-        pass (hot loop)."""
+        (lag-aware only; none at a best rank that beats no state, ``tier_price``) plus MOVE
+        and ``surcharge`` unless the client is in ``sticky``; in one pass (hot loop)."""
         move = MOVE + surcharge
         if not self.lag_aware:
             return {client: 0 if client in sticky else move for client in clients}
-        ranks, absent = ranking.holders[task], ranking.absent[task]
+        ranks, absent, best = ranking.holders[task], ranking.absent[task], ranking.best[task]
+        free = best if best < absent else 0  # the rank priced as caught up
         prices = {}
         for client in clients:
             rank = ranks.get(client, absent)
-            prices[client] = (_TIER_BY_RESIDUE[rank & 3] if rank else 0) + (0 if client in sticky else move)
+            prices[client] = (_TIER_BY_RESIDUE[rank & 3] if rank != free else 0) + (0 if client in sticky else move)
         return prices
+
+
+def tier_price(rank: int, best: int, absent: int) -> int:
+    """What placing a task's active on a client of ``rank`` costs in restoration: nothing when
+    caught up or at a best rank that beats no state, else its tier. KIP-441 "Assignment
+    Algorithm" property 1 puts actives on the most caught-up clients, caught up or not: with
+    none caught up, a client at the best rank takes the task at once, and a target that
+    preferred another lagging client only bought a warm-up and a probing rebalance that the
+    next round undid. Where nobody beats no state, every price of the task would shift alike:
+    they stay as they were (ties among targets fall as before). ``CostModel``'s arcs price the
+    same way, inline."""
+    return 0 if rank == 0 or (rank == best < absent) else TIER_COST[tier_of(rank)]
 
 
 def restoration_cost(ranking: Ranking, actives: Mapping[TaskId, str], tasks: Sequence[TaskId]) -> int:
     """The restoration potential of ``tasks`` in a target: the tier cost of each stateful active
-    placed on a client that is not caught up (docs/assignor.md, "Convergence"). Two targets
-    compare on the tasks where they differ."""
-    return sum(TIER_COST[tier_of(ranking.rank(task, actives[task]))] for task in tasks)
+    placed away from its best rank (``tier_price``; docs/assignor.md, "Convergence"). Two
+    targets compare on the tasks where they differ."""
+    return sum(tier_price(ranking.rank(task, actives[task]), ranking.best[task], ranking.absent[task]) for task in tasks)
 
 
 class _SubtopologyHubs:

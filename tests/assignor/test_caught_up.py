@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import assign
 from assignor.convergence import caught_up_clients
+from assignor.lag import Lag
 from assignor.model import (
     LATEST,
     MAX_ACCEPTABLE_RECOVERY_LAG,
@@ -80,6 +82,48 @@ def test_everyone_caught_up_is_balanced_and_final_at_once(group, config, data):
     assert broken_rules(tasks, clients, config, result) == []
     again = assign(tasks, caught_up_clients(tasks, clients, result), config)
     assert again.clients == result.clients
+
+
+@PROPERTY_SETTINGS
+@given(group=groups(), config=configs())
+def test_a_probing_rebalance_is_always_a_step(group, config):
+    """scenario.md: probing is asked for exactly when the assignment is a step towards a better
+    one. So once every replica it placed has caught up, the next assignment must move or warm
+    up something: a round that ends where it started was a wasted probing rebalance."""
+    tasks, clients = group
+    result = assign(tasks, clients, config)
+    if not result.probing_rebalance_needed:
+        return
+    after = assign(tasks, caught_up_clients(tasks, clients, result), config)
+    placed = {c: (roles.active, roles.standby) for c, roles in result.clients.items()}
+    assert {c: (roles.active, roles.standby) for c, roles in after.clients.items()} != placed \
+        or any(roles.warmup for roles in after.clients.values())
+
+
+# One stateful task of 1,000,000 offsets, no client within the acceptable lag (10,000): found by
+# fuzzing, the target picked a lagging client by its id or as the previous owner while the
+# placement put the active on the most caught-up one, with a warm-up on the other and a
+# probing rebalance after which nothing moved.
+NOBODY_CAUGHT_UP = [
+    # (a's lag, b's lag, previous owner, previous standby holder) -> active
+    (500_000, 20_000, None, None, "b"),
+    (20_000, 500_000, None, None, "a"),
+    (50_000, 20_000, "a", "b", "b"),
+    (20_000, 50_000, "a", "b", "a"),
+]
+
+
+@pytest.mark.parametrize(("lag_a", "lag_b", "owner", "holder", "active"), NOBODY_CAUGHT_UP)
+def test_with_nobody_caught_up_the_most_caught_up_takes_the_task_at_once(lag_a, lag_b, owner, holder, active):
+    task = TaskSpec(TaskId(0, 0), True, 1_000_000)
+    lags = {"a": lag_a, "b": lag_b}
+    clients = [ClientState(c, prev_active=frozenset({task.id} if owner == c else ()),
+                           prev_standby=frozenset({task.id} if holder == c else ()),
+                           lags=MappingProxyType({task.id: Lag.behind(lags[c])})) for c in "ab"]
+    result = assign([task], clients, AssignmentConfig(acceptable_recovery_lag=10_000))
+    assert result.clients[active].active == (task.id,)
+    assert all(not roles.warmup for roles in result.clients.values())
+    assert not result.probing_rebalance_needed
 
 
 def _group(changelog: int | None, joiner_lag: int | None) -> tuple[list[TaskSpec], list[ClientState]]:

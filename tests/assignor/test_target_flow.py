@@ -125,16 +125,21 @@ class _Instance:
         self.stateful = sorted(t for t, s in self.specs.items() if s.stateful)
         self.prone: set[TaskId] = set()
 
-    def _tier(self, rank: int) -> int:
-        return TIER_COST[tier_of(rank)] if self.lag_aware else 0
+    def _tier(self, task: TaskId, rank: int) -> int:
+        """A rank's tier cost, none at a best rank that beats no state (KIP-441 property 1:
+        with no client caught up, the most caught-up ones take the task at once)."""
+        ranking = self.ranking
+        if not self.lag_aware or rank == ranking.best[task] < ranking.absent[task]:
+            return 0
+        return TIER_COST[tier_of(rank)]
 
     def _price(self, task: TaskId, client: str, sticky: bool) -> int:
         """The cheaper of a task's own arc to the client (its rank there) and the hub's price
         (the rank of a client without state): both reach every client."""
         ranking = self.ranking
         rank = ranking.holders[task].get(client, ranking.absent[task])
-        own = self._tier(rank) + (0 if sticky else MOVE)
-        return min(own, self._tier(ranking.absent[task]) + MOVE)
+        own = self._tier(task, rank) + (0 if sticky else MOVE)
+        return min(own, self._tier(task, ranking.absent[task]) + MOVE)
 
     def active_price(self, task: TaskId, client: str) -> int:
         if not self.specs[task].stateful:
@@ -145,7 +150,7 @@ class _Instance:
             return own
         # every way out of a chain-prone task but its owner costs STANDBY_CHAIN more; the
         # owner is also reachable through the hub, at the hub's price plus that
-        hub = self._tier(self.ranking.absent[task]) + MOVE + STANDBY_CHAIN
+        hub = self._tier(task, self.ranking.absent[task]) + MOVE + STANDBY_CHAIN
         return min(own, hub) if client == owner else own + STANDBY_CHAIN
 
     def mark_chain_prone(self, per_task: int) -> None:
@@ -171,7 +176,7 @@ class _Instance:
         return self._price(task, client, sticky=client in self.previous[task])
 
     def hub_price(self, task: TaskId) -> int:
-        return self._tier(self.ranking.absent[task]) + MOVE
+        return self._tier(task, self.ranking.absent[task]) + MOVE
 
     def caps(self, counts: dict) -> dict:
         """The soft cap ceil(S[j] * t_c / T) of every (subtopology key, client)."""
