@@ -80,7 +80,9 @@ FULL_ROWS = [
         ("fresh", "scale-out", "scale-in"), SUBTOPOLOGIES, (0, 1, 2),
         ((1000, 0, "none"), (500, 3, "balance_subtopology"), (500, 3, "min_traffic")))
 ]
-LARGE_ROWS = [("assign", "scale-out", s, 5000, 100_000, 1, 0, "none") for s in (1, 200, 500)]
+# scale-out as the row; scale-in (10% gone) and replace as the shapes a large group meets too
+LARGE_ROWS = [("assign", scenario, s, 5000, 100_000, 1, 0, "none")
+              for scenario in ("scale-out", "scale-in", "replace") for s in (1, 200, 500)]
 # (..., share): groups settled by this checkout's assignor, then that share new or gone
 SETTLED_ROWS = [
     *(("assign", scenario, s, 1000, 20_000, 1, 0, "none", share)
