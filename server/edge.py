@@ -136,6 +136,8 @@ def config_from_proto(msg: apb.AssignmentConfig, where: str) -> AssignmentConfig
         raise InvalidInput(f"{where}.assignor", f"unknown assignor kind {msg.assignor}")
     if msg.rack_aware_strategy not in _STRATEGIES:
         raise InvalidInput(f"{where}.rack_aware_strategy", f"unknown strategy {msg.rack_aware_strategy}")
+    for i, tag in enumerate(msg.rack_aware_assignment_tags):
+        _identifier(tag, f"{where}.rack_aware_assignment_tags[{i}]", required=True)
     values: dict[str, Any] = {
         "assignor": _ASSIGNOR_KINDS[msg.assignor],
         "rack_aware_strategy": _STRATEGIES[msg.rack_aware_strategy],

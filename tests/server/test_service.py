@@ -92,6 +92,8 @@ _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1)
         pytest.param(_tagged("zone", ""), "subscription.client_tags['zone']", id="empty-tag-value"),
         pytest.param(_tagged("zone", "z" * 256), "subscription.client_tags['zone']", id="tag-value-too-long"),
         pytest.param(_tagged("zone", "eu\n1"), "subscription.client_tags['zone']", id="control-character-tag-value"),
+        pytest.param(_join(subscription__config=apb.AssignmentConfig(rack_aware_assignment_tags=["zone", "k" * 256])),
+                     "subscription.config.rack_aware_assignment_tags[1]", id="tag-key-too-long"),
         pytest.param(_join(subscription__lags=_BAD_TASK_LAG), "subscription.lags.task_lags[0].lag", id="negative-lag"),
         pytest.param(_join(subscription__lags=_DUP_TASK_LAG), "subscription.lags.task_lags[1].task", id="duplicate-lag"),
         pytest.param(_join(subscription__config=apb.AssignmentConfig(max_warmup_replicas=0)), "subscription.config.max_warmup_replicas", id="config-below-minimum"),
