@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
@@ -1235,16 +1235,18 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
         row = row_of.get(key)
         if row is not None:
             room[row, column_of[client]] -= count
-    rows, columns = np.nonzero(room > 0)
     first_client = len(decoded.groups) + len(keys)
-    flows = feasible_flow(
-        first_client + len(wanting),
-        np.concatenate([np.asarray(tails, dtype=np.int64), rows + len(decoded.groups)]),
-        np.concatenate([np.asarray(heads, dtype=np.int64), columns + first_client]),
-        np.concatenate([np.asarray(capacities, dtype=np.int64), room[rows, columns]]),
-        np.arange(first_client),
-        [len(tasks) - stay for _, tasks, stay in decoded.groups] + [fixed.get(key, 0) for key in keys],
-        np.arange(first_client, first_client + len(wanting)), demand[wanting])
+    supplies = [len(tasks) - stay for _, tasks, stay in decoded.groups] + [fixed.get(key, 0) for key in keys]
+    flows = None
+    for rows, columns in _settle_cells(room, tails, heads, capacities, len(decoded.groups), supplies[len(decoded.groups):]):
+        flows = feasible_flow(
+            first_client + len(wanting),
+            np.concatenate([np.asarray(tails, dtype=np.int64), rows + len(decoded.groups)]),
+            np.concatenate([np.asarray(heads, dtype=np.int64), columns + first_client]),
+            np.concatenate([np.asarray(capacities, dtype=np.int64), room[rows, columns]]),
+            np.arange(first_client), supplies, np.arange(first_client, first_client + len(wanting)), demand[wanting])
+        if flows is not None:
+            break
     if flows is None:
         return None
     pick_tasks, pick_clients = list(decoded.pick_tasks), list(decoded.pick_clients)
@@ -1265,6 +1267,35 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
     for cell in np.flatnonzero(cell_flows).tolist():
         plan[keys[int(rows[cell])]][clients[wanting[int(columns[cell])]]] = int(cell_flows[cell])
     return pick_tasks, pick_clients, hub_tasks, plan
+
+
+# (subtopology keys x clients wanting hub units) above which ``_settle_leavers`` first tries a
+# sparse choice of those cells: each key reaches a window of the clients, SPARSE_WINDOW per
+# unit it may have to place (at least SPARSE_MIN_WINDOW), the windows spread around the
+# clients. Any split within the caps is as good (the caller checks the total against what the
+# relaxed flow paid), so the sparse one is used when it is feasible and the full one
+# otherwise. A 5,000-client scale-in at 500 subtopologies: 1.9 million cells with room, a max
+# flow of 0.21 s; 447,000 cells and 0.04 s with 32 per unit (with 8, no split: 0.01 s lost).
+SPARSE_SETTLE_CELLS = 1_000_000
+SPARSE_WINDOW = 32
+SPARSE_MIN_WINDOW = 64
+
+
+def _settle_cells(room: np.ndarray, tails: list[int], heads: list[int], capacities: list[int], groups: int,
+                  fixed: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The (key row, client column) cells with room that ``_settle_leavers``' flow may use: a
+    sparse choice first on large groups (``SPARSE_SETTLE_CELLS``), then every cell."""
+    keys, width = room.shape
+    if keys * width > SPARSE_SETTLE_CELLS:
+        into = np.bincount(np.asarray(heads, dtype=np.int64) - groups, weights=capacities, minlength=keys)
+        units = into.astype(np.int64) + np.asarray(fixed, dtype=np.int64)
+        lengths = np.minimum(width, np.maximum(SPARSE_MIN_WINDOW, SPARSE_WINDOW * units))
+        starts = np.arange(keys, dtype=np.int64) * width // keys
+        rows = np.repeat(np.arange(keys, dtype=np.int64), lengths)
+        columns = (np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))) % width
+        kept = room[rows, columns] > 0
+        yield rows[kept], columns[kept]
+    yield np.nonzero(room > 0)
 
 
 def _sort_key(key) -> tuple:

@@ -778,6 +778,20 @@ def test_relaxed_targets_ignore_the_order_of_the_input(group, seed):
     assert results[0] == results[1]
 
 
+@pytest.mark.parametrize("window", [1, 8])
+def test_sparse_settling_reaches_the_same_optima(window, monkeypatch):
+    """The relaxed flows' split of the hub's units tries a sparse choice of (key, client) cells
+    first on large groups (``SPARSE_SETTLE_CELLS``); forced here on every group, with windows so
+    narrow that it often finds no split and the full cells decide: the decoded targets still
+    cost the per-task optima, whatever the input order."""
+    monkeypatch.setattr(target, "SPARSE_SETTLE_CELLS", 0)
+    monkeypatch.setattr(target, "SPARSE_MIN_WINDOW", 1)
+    monkeypatch.setattr(target, "SPARSE_WINDOW", window)
+    test_relaxed_active_flow_reaches_the_per_task_optimum()
+    test_relaxed_standby_flow_reaches_the_per_task_optimum()
+    test_relaxed_targets_ignore_the_order_of_the_input()
+
+
 @settings(max_examples=200, deadline=None)
 @given(cells=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2)), max_size=5),
        supply=st.lists(st.integers(0, 2), min_size=3, max_size=3))
