@@ -484,7 +484,8 @@ class Group:
         previous = self._unpark(member)
         if previous is not None:
             outcome.effects.append(Reply(previous, JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer JoinGroup of the same member")))
-        outcome.effects += self._supersede_process(request.subscription.process_id, member.member_id)
+        if request.subscription.process_id != member.process_id:  # else no other member can hold it
+            outcome.effects += self._supersede_process(request.subscription.process_id, member.member_id)
         topology_trigger = self._adopt_topology(request.subscription)
         member.update(request, now_ms)
         self._take_report(member, request.subscription.lags, now_ms)
