@@ -37,6 +37,38 @@ def _tag(text: str) -> tuple[str, str]:
     return key, value
 
 
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+
+
+def _check_log_level(level: str) -> None:
+    if str(level).lower() not in _LOG_LEVELS:
+        raise ValueError(f"--log-level: expected one of {', '.join(_LOG_LEVELS)}, got {level!r}")
+
+
+def _check_range(flag: str, value: int, minimum: int, maximum: int) -> None:
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{flag}: expected an integer from {minimum} to {maximum}, got {value}")
+
+
+def _check_address(flag: str, text: str, *, several: bool = False, port_zero: bool = False) -> None:
+    """``host:port`` (``several``: a comma-separated list of them) with a port that fits in 16
+    bits (grpc would wrap 70000 to 4464); ``port_zero`` (a listen address) allows port 0 (pick a
+    free one) and an empty host."""
+    shape = "host:port[,host:port...]" if several else "host:port"
+    parts = [part.strip() for part in text.split(",")] if several else [text.strip()]
+    if not any(parts) or (not several and len(parts) != 1):
+        raise ValueError(f"{flag}: expected {shape}, got {text!r}")
+    for part in parts:
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        if not sep or not (host or port_zero) or not port.isdigit() or not (0 if port_zero else 1) <= int(port) <= 65535:
+            low = 0 if port_zero else 1
+            raise ValueError(f"{flag}: expected {shape} with a port from {low} to 65535, got {part!r}")
+
+
 def register(subparsers) -> None:
     _register_sidecar(subparsers)
     _register_demo(subparsers)
@@ -106,8 +138,22 @@ def run_sidecar(args: argparse.Namespace) -> int:
     if args.log_format not in ("json", "console"):
         print(f"remote-leader sidecar: --log-format: expected json or console, got {args.log_format!r}", file=sys.stderr)
         return 2
+    try:
+        _check_log_level(args.log_level)
+    except ValueError as error:
+        print(f"remote-leader sidecar: {error}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level, args.log_format)
     try:
+        # The wire's int32 fields (JoinGroupRequest.num_threads, session_timeout_ms) and the
+        # local limits: refused here, by flag, rather than by protobuf once the member runs.
+        _check_range("--threads", args.threads, 1, _INT32_MAX)
+        _check_range("--session-timeout-ms", args.session_timeout_ms, 1, _INT32_MAX)
+        _check_range("--heartbeat-interval-ms", args.heartbeat_interval_ms, 1, _INT32_MAX)
+        _check_range("--apply-timeout-ms", args.apply_timeout_ms, 0, _INT32_MAX)
+        _check_range("--state-cleanup-delay-ms", args.state_cleanup_delay_ms, 0, _INT64_MAX)
+        _check_address("--server", args.server, several=True)
+        _check_address("--listen", args.listen, port_zero=True)
         topology, config = load_member_file(args.topology)
         extra = {"process_id": args.process_id} if args.process_id else {}
         member = MemberConfig(
@@ -162,6 +208,11 @@ def _register_demo(subparsers) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     from client.demo import DemoOptions, run
 
+    try:
+        _check_log_level(args.log_level)
+    except ValueError as error:
+        print(f"remote-leader demo: {error}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level)
     try:
         options = DemoOptions(server=args.server, restore_rate=args.restore_rate,

@@ -71,6 +71,11 @@ def needed_flags() -> str:
     return " ".join(f"{flag} {value}" for flag, value in NEEDED_SERVER_SETTINGS.items())
 
 
+#: The largest offset count the demo takes: int64 on the wire, with room for the changelog to grow
+#: (and exact as a float, which the simulated changelogs use).
+_MAX_DEMO_OFFSET = 1 << 53
+
+
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
     server: str | None = None
@@ -90,8 +95,13 @@ class DemoOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"--{name.replace('_', '-')}", f"expected an integer >= 1, got {value!r}")
+            # offsets and rates are int64 on the wire (and the changelog grows while the demo runs)
+            if value > _MAX_DEMO_OFFSET:
+                raise InvalidInput(f"--{name.replace('_', '-')}", f"must be <= {_MAX_DEMO_OFFSET}, got {value}")
         if self.acceptable_recovery_lag < 0:
             raise InvalidInput("--acceptable-recovery-lag", "must be >= 0")
+        if self.acceptable_recovery_lag > _MAX_DEMO_OFFSET:
+            raise InvalidInput("--acceptable-recovery-lag", f"must be <= {_MAX_DEMO_OFFSET}, got {self.acceptable_recovery_lag}")
         if self.timeout_s <= 0:
             raise InvalidInput("--timeout-s", "must be > 0")
 

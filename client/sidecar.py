@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
+import socket
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ import yaml
 
 from assignor.cluster import MemberAssignment
 from assignor.lag import Lag
-from assignor.model import AssignmentConfig, InvalidInput, StateStore, TaskId
+from assignor.model import MAX_INT, AssignmentConfig, InvalidInput, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
 from client import codec
 from client.assignment import AssignmentChange
@@ -262,9 +264,14 @@ def load_member_file(path: str | Path) -> tuple[Topology, AssignmentConfig]:
         document = yaml.safe_load(Path(path).read_text())
     except OSError as error:
         raise InvalidInput("--topology", f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise InvalidInput("--topology", f"{path} is not UTF-8 text (expected YAML or JSON)") from None
     except yaml.YAMLError as error:
         raise InvalidInput("--topology", f"not valid YAML/JSON: {error}") from None
     return parse_member_document(document)
+
+
+_SUBTOPOLOGY_KEYS = frozenset({"id", "source_topics", "partitions", "stores"})
 
 
 def parse_member_document(document: Any) -> tuple[Topology, AssignmentConfig]:
@@ -281,13 +288,28 @@ def parse_member_document(document: Any) -> tuple[Topology, AssignmentConfig]:
         where = f"subtopologies[{index}]"
         if not isinstance(raw, Mapping):
             raise InvalidInput(where, "expected an object")
+        unknown = sorted(set(raw) - _SUBTOPOLOGY_KEYS, key=str)
+        if unknown:
+            raise InvalidInput(f"{where}.{unknown[0]}", f"unknown key (expected {', '.join(sorted(_SUBTOPOLOGY_KEYS))})")
+        for key in ("id", "partitions"):  # int32 on the wire (Subtopology.id, SourceTopic.partition_count)
+            value = raw.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_INT:
+                raise InvalidInput(f"{where}.{key}", f"must be <= {MAX_INT}, got {value}")
+        raw_stores = raw.get("stores")
+        if raw_stores is None:
+            raw_stores = []
+        if not isinstance(raw_stores, list):
+            raise InvalidInput(f"{where}.stores", f"expected a list of stores, got {raw_stores!r}")
         stores = []
-        for s_index, store in enumerate(raw.get("stores") or []):
+        for s_index, store in enumerate(raw_stores):
             if isinstance(store, str):
                 store = {"name": store}
             if not isinstance(store, Mapping) or not set(store) <= {"name", "logged", "changelog_topic"}:
                 raise InvalidInput(f"{where}.stores[{s_index}]", "expected {name, logged?, changelog_topic?}")
-            stores.append(StateStore(store.get("name"), bool(store.get("logged", True)), store.get("changelog_topic")))
+            logged = store.get("logged", True)
+            if not isinstance(logged, bool):
+                raise InvalidInput(f"{where}.stores[{s_index}].logged", f"expected true or false, got {logged!r}")
+            stores.append(StateStore(store.get("name"), logged, store.get("changelog_topic")))
         topics = raw.get("source_topics")
         if not isinstance(topics, list):
             raise InvalidInput(f"{where}.source_topics", "expected a list of topic names")
@@ -333,6 +355,27 @@ class LocalTls:
                                            root_certificates=ca, require_client_auth=ca is not None)
 
 
+def _check_free(listen: str) -> None:
+    """Try the local API's address the way grpc binds it (SO_REUSEADDR) before grpc does: a port
+    another program holds is then one line naming ``--listen``, not grpc's C-level error log too."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # grpc says what is wrong with the name
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    raise InvalidInput("--listen", f"cannot listen on {listen}: the address is in use") from None
+
+
 async def serve_sidecar(options: SidecarOptions, stop: asyncio.Event, ready=None) -> int:
     """Run the member and the local API until ``stop`` is set; ``ready(address)`` once listening."""
     directory = StateDirectory(options.state_dir) if options.state_dir is not None else None
@@ -343,12 +386,16 @@ async def serve_sidecar(options: SidecarOptions, stop: asyncio.Event, ready=None
     servicer.member = member
     server = grpc.aio.server()
     spb_grpc.add_SidecarServiceServicer_to_server(servicer, server)
-    if options.local_tls is not None:
-        port = server.add_secure_port(options.listen, options.local_tls.credentials())
-    else:
-        port = server.add_insecure_port(options.listen)
+    _check_free(options.listen)
+    try:
+        if options.local_tls is not None:
+            port = server.add_secure_port(options.listen, options.local_tls.credentials())
+        else:
+            port = server.add_insecure_port(options.listen)
+    except RuntimeError:  # grpc's "Failed to bind to address ...": a busy or foreign address
+        port = 0
     if port == 0:
-        raise InvalidInput("--listen", f"cannot bind {options.listen}")
+        raise InvalidInput("--listen", f"cannot listen on {options.listen}: the address is in use or not on this host")
     host = options.listen.rpartition(":")[0] or "127.0.0.1"
     await server.start()
     address = f"{host}:{port}"

@@ -48,6 +48,20 @@ class _TokenFile:
         return self._token
 
 
+def _check_token(path: Path) -> None:
+    """``--token-file`` holds one token on one line of printable ASCII (an HTTP header value):
+    checked when the options are read, so that a bad file is one line naming the flag, not a
+    traceback from inside a call."""
+    try:
+        token = path.read_bytes().strip()
+    except OSError as error:
+        raise ValueError(f"--token-file: cannot read {str(path)!r}: {error.strerror or error}") from None
+    if not token:
+        raise ValueError(f"--token-file: {str(path)!r} is empty")
+    if any(byte < 0x20 or byte > 0x7E for byte in token):
+        raise ValueError(f"--token-file: {str(path)!r} must hold one token on one line of printable ASCII")
+
+
 def _with_token(details: Any, tokens: _TokenFile) -> Any:
     metadata = [(k, v) for k, v in (details.metadata or ()) if k != "authorization"]
     metadata.append(("authorization", f"Bearer {tokens.token()}"))
@@ -84,7 +98,11 @@ class ClientTls:
         for name in ("ca", "cert", "key", "token_file"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
-                raise ValueError(f"--{name.replace('_', '-') if name == 'token_file' else 'tls-' + name}: no such file {str(path)!r}")
+                flag = f"--{name.replace('_', '-') if name == 'token_file' else 'tls-' + name}"
+                problem = "not a regular file" if Path(path).exists() else "no such file"
+                raise ValueError(f"{flag}: {problem} {str(path)!r}")
+        if self.token_file is not None:
+            _check_token(Path(self.token_file))
 
     @property
     def secure(self) -> bool:

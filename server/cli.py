@@ -198,12 +198,33 @@ def _check(s) -> None:
         raise SettingsError(f"--event-loop: expected one of {', '.join(_EVENT_LOOPS)}, got {s.event_loop!r}")
     if ":" not in s.listen:
         raise SettingsError(f"--listen: expected host:port, got {s.listen!r}")
+    _check_port("--listen", s.listen.rpartition(":")[2], minimum=0)
+    if s.metrics_port > 65535:  # grpc and aiohttp would wrap a larger port to another one
+        raise SettingsError(f"--metrics-port: expected a port from 0 to 65535, got {s.metrics_port}")
     if s.store != "sqlite" and not s.replicated:
         raise SettingsError(f"--store: expected sqlite or a postgresql:// URL, got {s.store.split('@')[-1]!r}")
     if s.lease_ms < 1_000:
         raise SettingsError(f"--lease-ms: must be >= 1000, got {s.lease_ms}")
     if s.advertise_address and ":" not in s.advertise_address:
         raise SettingsError(f"--advertise-address: expected host:port, got {s.advertise_address!r}")
+
+
+def _check_port(flag: str, port: str, minimum: int = 1) -> None:
+    """A port that fits in 16 bits: grpc wraps a larger one (70000 becomes 4464)."""
+    if not port.strip().isdigit() or not minimum <= int(port) <= 65535:
+        raise SettingsError(f"{flag}: expected a port from {minimum} to 65535, got {port!r}")
+
+
+def _server_addresses(text: str) -> list[str]:
+    """``--server``: host:port, or several replicas a:p,b:p; at least one, each port in range."""
+    addresses = [a.strip() for a in text.split(",") if a.strip()]
+    if not addresses:
+        raise SettingsError(f"--server: expected host:port[,host:port...], got {text!r}")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if sep and host and port.isdigit():
+            _check_port("--server", port)
+    return addresses
 
 
 def _event_loop_runner(choice: str) -> Callable[[Coroutine[Any, Any, int]], int]:
@@ -308,6 +329,7 @@ def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | 
         from remote_leader.tls import client_tls_from
 
         try:
+            _server_addresses(args.server)
             tls = client_tls_from(args)
         except ValueError as error:
             print(f"remote-leader: {error}", file=sys.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sqlite3
 import time
 from pathlib import Path
 from types import MappingProxyType
@@ -38,6 +39,10 @@ from server.observability import compact_json
 
 SNAPSHOT_SCHEMA = 1
 log = structlog.get_logger(__name__)
+
+
+class StoreError(OSError):
+    """The state store cannot be opened or read; the message names the file and its flag."""
 
 
 # ---- snapshot codec -----------------------------------------------------------------------------
@@ -222,21 +227,53 @@ class GroupStore:
         self._writer: asyncio.Task | None = None
 
     async def open(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = await aiosqlite.connect(self._path)
-        await self._db.execute("PRAGMA journal_mode=WAL")
-        await self._db.execute("PRAGMA synchronous=NORMAL")
-        await self._db.execute(
-            "CREATE TABLE IF NOT EXISTS groups (group_id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, updated_ms INTEGER NOT NULL)"
-        )
-        await self._db.commit()
+        """Open (or create) ``state.db``. A file that is not a readable SQLite database (random
+        bytes, a truncated copy, a directory) raises ``StoreError`` naming it, with the
+        connection's thread stopped (it would keep the process alive) and the file not written."""
+        if self._path.exists() and not self._path.is_file():
+            raise StoreError(f"--state-dir: {self._path} is not a file (expected the SQLite database state.db)")
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(f"--state-dir: cannot create {self._path.parent}: {error.strerror or error}") from None
+        side_files = [self._path.with_name(self._path.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
+        existed = {side for side in side_files if side.exists()}
+        try:
+            self._db = await aiosqlite.connect(self._path)
+            # Read before anything writes: a file that is not a database fails here, untouched.
+            async with self._db.execute("SELECT count(*) FROM sqlite_master") as cursor:
+                await cursor.fetchall()
+            await self._db.execute("PRAGMA journal_mode=WAL")
+            await self._db.execute("PRAGMA synchronous=NORMAL")
+            await self._db.execute(
+                "CREATE TABLE IF NOT EXISTS groups (group_id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, updated_ms INTEGER NOT NULL)"
+            )
+            await self._db.commit()
+        except sqlite3.Error as error:
+            await self._close_quietly()
+            for side in side_files:  # the WAL files this attempt made, not a crash's
+                if side not in existed:
+                    with contextlib.suppress(OSError):
+                        side.unlink()
+            raise StoreError(f"--state-dir: {self._path} is not a readable SQLite database ({error})") from None
+
+    async def _close_quietly(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(Exception):
+                await self._db.close()
+            self._db = None
 
     async def load_all(self) -> list[dict[str, Any]]:
         if self._db is None:
             raise RuntimeError("store not open")
-        async with self._db.execute("SELECT snapshot FROM groups ORDER BY group_id") as cursor:
-            rows = await cursor.fetchall()
-        return [json.loads(row[0]) for row in rows]
+        try:
+            async with self._db.execute("SELECT snapshot FROM groups ORDER BY group_id") as cursor:
+                rows = await cursor.fetchall()
+            return [json.loads(row[0]) for row in rows]
+        except sqlite3.Error as error:
+            raise StoreError(f"--state-dir: {self._path} is not a readable SQLite database ({error})") from None
+        except (ValueError, TypeError) as error:
+            raise StoreError(f"--state-dir: {self._path} holds a group snapshot that is not JSON ({error})") from None
 
     def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="group-store-writer")

@@ -133,3 +133,77 @@ async def test_sidecar_refuses_a_bad_topology_naming_the_field(tmp_path):
     _, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 2
     assert "topology.subtopologies[0].partitions" in stderr.decode()
+
+
+def _run_sidecar_cli(tmp_path, *flags: str, topology: str = TOPOLOGY, server: str = "127.0.0.1:1"):
+    """``remote-leader sidecar`` with ``flags``; bad input must stop it before it is ready."""
+    import subprocess
+
+    path = tmp_path / "topology.yaml"
+    path.write_text(topology)
+    return subprocess.run(
+        [sys.executable, "-m", "remote_leader.cli", "sidecar", "--group", "g", "--server", server,
+         "--topology", str(path), *flags],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize(("flags", "topology", "server", "named"), [
+    pytest.param(["--session-timeout-ms", "3000000000"], TOPOLOGY, "127.0.0.1:1", "--session-timeout-ms",
+                 id="session-timeout-beyond-int32"),
+    pytest.param(["--threads", "3000000000"], TOPOLOGY, "127.0.0.1:1", "--threads", id="threads-beyond-int32"),
+    pytest.param([], TOPOLOGY.replace("id: 0", "id: 5000000000"), "127.0.0.1:1", "subtopologies[0].id",
+                 id="subtopology-id-beyond-int32"),
+    pytest.param([], TOPOLOGY.replace("partitions: 4", "partitions: 5000000000"), "127.0.0.1:1",
+                 "subtopologies[0].partitions", id="partitions-beyond-int32"),
+    pytest.param(["--listen", "nonsense"], TOPOLOGY, "127.0.0.1:1", "--listen", id="listen-nonsense"),
+    pytest.param(["--listen", "127.0.0.1:70000"], TOPOLOGY, "127.0.0.1:1", "--listen", id="listen-port-beyond-16-bits"),
+    pytest.param([], TOPOLOGY, "", "--server", id="server-empty"),
+    pytest.param([], TOPOLOGY, ",", "--server", id="server-comma"),
+    pytest.param(["--log-level", "bogus"], TOPOLOGY, "127.0.0.1:1", "--log-level", id="log-level-bogus"),
+])
+def test_sidecar_refuses_bad_arguments_in_one_line_with_exit_2(tmp_path, flags, topology, server, named):
+    proc = _run_sidecar_cli(tmp_path, *flags, topology=topology, server=server)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""  # never ready
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], proc.stderr
+
+
+def test_sidecar_refuses_a_listen_port_in_use_in_one_line_with_exit_2(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _run_sidecar_cli(tmp_path, "--listen", f"127.0.0.1:{port}")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--listen" in lines[0] and "in use" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    pytest.param(b"", "is empty", id="empty"),
+    pytest.param(b"\x00\xff\xfe binary \x80", "printable ASCII", id="binary"),
+    pytest.param(b"first\nsecond\n", "printable ASCII", id="two-lines"),
+])
+def test_sidecar_refuses_a_bad_token_file_in_one_line(tmp_path, content, problem):
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    proc = _run_sidecar_cli(tmp_path, "--token-file", str(token))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--token-file" in lines[0] and problem in lines[0], proc.stderr
+
+
+def test_demo_refuses_changelog_offsets_beyond_int64_in_one_line():
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "remote_leader.cli", "demo", "--changelog-offsets", "100000000000000000000000"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--changelog-offsets" in lines[0], proc.stderr

@@ -52,6 +52,24 @@ def test_member_document_with_config():
     assert config.num_standby_replicas == 2
 
 
+def _sub(**fields) -> dict:
+    return {"application_id": "a", "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 1, **fields}]}
+
+
+@pytest.mark.parametrize(("document", "field"), [
+    pytest.param(_sub(id=5_000_000_000), "subtopologies[0].id", id="id-beyond-int32"),
+    pytest.param(_sub(partitions=5_000_000_000), "subtopologies[0].partitions", id="partitions-beyond-int32"),
+    pytest.param(_sub(stores="counts"), "subtopologies[0].stores", id="stores-a-string"),
+    pytest.param(_sub(stores=[{"name": "s", "logged": "false"}]), "subtopologies[0].stores[0].logged",
+                 id="logged-a-string"),
+    pytest.param(_sub(partitons=5), "subtopologies[0].partitons", id="unknown-subtopology-key"),
+])
+def test_sloppy_member_documents_are_refused_naming_the_field(document, field):
+    with pytest.raises(InvalidInput) as error:
+        parse_member_document(document)
+    assert error.value.field == field
+
+
 @pytest.mark.parametrize(("document", "field"), [
     pytest.param([], "(topology)", id="not-an-object"),
     pytest.param({"application_id": "a", "subtopologies": [], "extra": 1}, "extra", id="unknown-key"),

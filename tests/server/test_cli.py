@@ -80,3 +80,95 @@ async def test_serve_under_uvloop_answers_and_drains(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _real_state_db(path: Path) -> None:
+    """A real SQLite state database of several pages (the layout GroupStore writes)."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE groups (group_id TEXT PRIMARY KEY, snapshot TEXT NOT NULL, updated_ms INTEGER NOT NULL)")
+        db.executemany("INSERT INTO groups VALUES (?, ?, ?)", [(f"g{i}", json.dumps({"pad": "x" * 400}), i) for i in range(100)])
+    db.close()
+
+
+@pytest.mark.parametrize("kind", ["random-bytes", "truncated", "directory"])
+def test_serve_refuses_an_unreadable_state_db_in_one_line_and_exits(tmp_path, kind):
+    """A state.db that is not a readable SQLite database: one line naming the file, a non-zero
+    exit at once (no thread left to keep the process alive), and the file untouched."""
+    import hashlib
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    db = state_dir / "state.db"
+    if kind == "random-bytes":
+        db.write_bytes(os.urandom(4096))
+    elif kind == "truncated":
+        _real_state_db(db)
+        db.write_bytes(db.read_bytes()[:5000])
+    else:
+        db.mkdir()
+    before = hashlib.md5(db.read_bytes()).hexdigest() if db.is_file() else None
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "remote_leader.cli", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(state_dir),
+         "--metrics-port", "0", "--log-level", "warning"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("serve did not exit after failing to open state.db")
+    assert proc.returncode not in (0, None), stderr
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("remote-leader serve: --state-dir: ") and str(db) in lines[0], stderr
+    assert ("not a readable SQLite database" if kind != "directory" else "is not a file") in lines[0]
+    if before is not None:
+        assert hashlib.md5(db.read_bytes()).hexdigest() == before
+        assert sorted(p.name for p in state_dir.iterdir() if p.name.startswith("state.db")) == ["state.db"]
+
+
+def _client(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "remote_leader.cli", *argv], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    pytest.param(["describe", "g", "--server", ""], "--server", id="describe-server-empty"),
+    pytest.param(["describe", "g", "--server", ","], "--server", id="describe-server-comma"),
+    pytest.param(["groups", "--server", ""], "--server", id="groups-server-empty"),
+    pytest.param(["describe", "g", "--server", "127.0.0.1:99999"], "--server", id="server-port-beyond-16-bits"),
+])
+def test_client_commands_refuse_a_bad_server_in_one_line(argv, named):
+    proc = _client(*argv)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    pytest.param(b"", "is empty", id="empty"),
+    pytest.param(b"\x00\xff\xfe binary \x80", "printable ASCII", id="binary"),
+    pytest.param(b"first\nsecond\n", "printable ASCII", id="two-lines"),
+])
+@pytest.mark.parametrize("command", [["groups"], ["describe", "g"]])
+def test_client_commands_refuse_a_bad_token_file_in_one_line(tmp_path, command, content, problem):
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    proc = _client(*command, "--server", "127.0.0.1:1", "--token-file", str(token))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--token-file" in lines[0] and problem in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    pytest.param({"metrics_port": 70000}, "^--metrics-port: expected a port from 0 to 65535", id="metrics-port"),
+    pytest.param({"listen": "127.0.0.1:70000"}, "^--listen: expected a port from 0 to 65535", id="listen-port"),
+])
+def test_ports_beyond_16_bits_are_refused_not_wrapped(flags, message):
+    with pytest.raises(cli.SettingsError, match=message):
+        cli.settings_from(_args(**flags), {})
