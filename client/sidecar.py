@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
-import socket
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +33,7 @@ from client.assignment import AssignmentChange
 from client.lags import CheckpointLagSource, LagInfo, StaticLagSource
 from client.member import GroupMember, MemberConfig, MemberError, RoutingError
 from client.state import StateCleaner, StateDirectory
+from remote_leader.net import address_in_use
 from remote_leader.sidecar.v1 import sidecar_pb2 as spb
 from remote_leader.sidecar.v1 import sidecar_pb2_grpc as spb_grpc
 from remote_leader.tls import ClientTls
@@ -358,22 +357,8 @@ class LocalTls:
 def _check_free(listen: str) -> None:
     """Try the local API's address the way grpc binds it (SO_REUSEADDR) before grpc does: a port
     another program holds is then one line naming ``--listen``, not grpc's C-level error log too."""
-    host, _, port = listen.rpartition(":")
-    if not port.isdigit() or int(port) == 0:
-        return
-    try:
-        addresses = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
-    except OSError:
-        return  # grpc says what is wrong with the name
-    for family, kind, proto, _, address in addresses:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(address)
-            except OSError as error:
-                if error.errno == errno.EADDRINUSE:
-                    raise InvalidInput("--listen", f"cannot listen on {listen}: the address is in use") from None
+    if address_in_use(listen):
+        raise InvalidInput("--listen", f"cannot listen on {listen}: the address is in use")
 
 
 async def serve_sidecar(options: SidecarOptions, stop: asyncio.Event, ready=None) -> int:

@@ -8,9 +8,7 @@ start and stop; tests inject a ``FakeClock`` (which is its own timer set).
 
 from __future__ import annotations
 
-import errno
 import gc
-import socket
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from remote_leader.net import address_in_use
 from remote_leader.v1 import group_leader_pb2
 from server.assignor_runner import AssignorRunner
 from server.auth import Authenticator, Gate, JwtSettings, is_loopback
@@ -158,24 +157,8 @@ class ListenError(OSError):
 
 
 def _check_free(listen: str) -> None:
-    """Try the address the way grpc binds it (SO_REUSEADDR) before grpc does: a port another
-    program holds is then one line of ours, not grpc's C-level error log and then ours."""
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]") or None
-    if not port.isdigit() or int(port) == 0:
-        return
-    try:
-        addresses = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError:
-        return  # grpc says what is wrong with the name
-    for family, kind, proto, _, address in addresses:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(address)
-            except OSError as error:
-                if error.errno == errno.EADDRINUSE:
-                    raise ListenError(f"cannot listen on {listen} (--listen): the address is in use") from None
+    if address_in_use(listen):
+        raise ListenError(f"cannot listen on {listen} (--listen): the address is in use")
 
 
 class LeaderServer:
