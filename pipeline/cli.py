@@ -38,6 +38,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     from pipeline.analytics import analyze
     from pipeline.rebalance_log import InvalidLog, expand_paths
     from pipeline.spark import spark_session
+    from pipeline.sweep import argument_problem
 
     if args.bucket_s is not None and args.bucket_s < 1:
         print("analyze: --bucket-s: must be >= 1", file=sys.stderr)
@@ -46,6 +47,10 @@ def run_analyze(args: argparse.Namespace) -> int:
         files = expand_paths(args.logs)
     except InvalidLog as error:
         print(f"analyze: {error}", file=sys.stderr)
+        return 2
+    problem = argument_problem(args.out, args.partitions)
+    if problem:
+        print(f"analyze: {problem}", file=sys.stderr)
         return 2
     print(f"analyze: {len(files)} log files", file=sys.stderr)
     spark = spark_session(args.master, app_name="remote-leader analyze")

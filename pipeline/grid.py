@@ -10,6 +10,7 @@ config is compared on exactly the same groups (common random numbers), in any gr
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -17,8 +18,9 @@ from typing import Any
 
 import yaml
 
-from pipeline.rebalance_log import latest_per_group
+from pipeline.rebalance_log import InvalidLog, latest_per_group
 from pipeline.simulation import (
+    MAX_CLIENTS,
     GroupShape,
     InvalidSpec,
     Rates,
@@ -30,6 +32,11 @@ from pipeline.simulation import (
 )
 
 TOP_LEVEL = ("name", "repetitions", "timing", "group", "events", "configs", "from_log")
+# The grid's own bounds (docs/pipeline.md, "Bounds"); each value is bounded in pipeline.simulation.
+MAX_REPETITIONS = 10_000
+MAX_RUNS = 100_000  # starting groups x events x configs x repetitions
+MAX_SIMULATED_REBALANCES = 10_000_000  # runs x timing.max_rebalances: the sweep's worst case
+_GROUP_DEFAULTS = {f.name: f.default for f in fields(GroupShape)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +52,11 @@ class Plan:
 def load_grid(path: str | Path) -> Plan:
     """Read and expand a grid file; every problem is an ``InvalidSpec`` naming the field."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise InvalidSpec("--grid", f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise InvalidSpec("--grid", f"{path} is not a UTF-8 text (YAML) file") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -65,26 +74,47 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
     repetitions = document.get("repetitions", 1)
     if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
         raise InvalidSpec("repetitions", f"expected an integer >= 1, got {repetitions!r}")
+    if repetitions > MAX_REPETITIONS:
+        raise InvalidSpec("repetitions", f"expected an integer <= {MAX_REPETITIONS}, got {repetitions!r}")
     timing = _build("timing", Timing, document.get("timing") or {})
     group_axes = _axes("group", document.get("group") or {}, GroupShape)
     config_axes = _axes("configs", document.get("configs") or {}, SimConfig)
     events_raw = document.get("events")
     if not isinstance(events_raw, list) or not events_raw:
         raise InvalidSpec("events", "expected a non-empty list such as [scale_out:2, lose_rack]")
+    if len(events_raw) > MAX_RUNS:
+        raise InvalidSpec("events", f"expected at most {MAX_RUNS} events, got {len(events_raw)}")
     events = [ScalingEvent.parse(e) for e in events_raw]
+    per_start = (len(events), _size(config_axes), repetitions)
+    _check_size(_size(group_axes), per_start, timing)
     configs = [_build("configs", SimConfig, point) for point in _product(config_axes)]
 
     starts: list[tuple[str, dict[str, Any], Any]] = []
     for point in _product(group_axes):
-        starts.append(("generated", point, _build("group", GroupShape, point)))
+        shape = _build("group", GroupShape, point)
+        grown = max((e.count for e in events if e.kind == "scale_out"), default=0)
+        if shape.clients + grown > MAX_CLIENTS:
+            raise InvalidSpec("events", f"group.clients {shape.clients} + scale_out:{grown} exceeds "
+                                        f"{MAX_CLIENTS} clients")
+        starts.append(("generated", point, shape))
     from_log = document.get("from_log") or []
     if not isinstance(from_log, list) or not all(isinstance(p, str) for p in from_log):
         raise InvalidSpec("from_log", "expected a list of rebalance-log files or directories")
     if from_log:
-        rate_points = {(p.get("restore_rate", GroupShape.restore_rate), p.get("append_rate", GroupShape.append_rate))
+        rate_points = {(p.get("restore_rate", _GROUP_DEFAULTS["restore_rate"]),
+                        p.get("append_rate", _GROUP_DEFAULTS["append_rate"]))
                        for p in _product(group_axes)}
         paths = [str((base / p) if not Path(p).is_absolute() else p) for p in from_log]
-        for group_id, record in sorted(latest_per_group(paths).items()):
+        try:
+            logged = latest_per_group(paths)
+        except InvalidLog as error:
+            raise InvalidSpec("from_log", str(error).removeprefix("LOGS: ")) from None
+        except OSError as error:
+            raise InvalidSpec("from_log", f"cannot read {error.filename}: {error.strerror}") from None
+        if not logged:
+            raise InvalidSpec("from_log", f"no valid rebalance-log record in {', '.join(from_log)}")
+        _check_size(len(starts) + len(logged) * len(rate_points), per_start, timing)
+        for group_id, record in sorted(logged.items()):
             for restore, append in sorted(rate_points):
                 rates = _build("group", Rates, {"restore_rate": restore, "append_rate": append})
                 starts.append((f"log:{group_id}", {"restore_rate": restore, "append_rate": append}, (record, rates)))
@@ -112,6 +142,22 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
     if from_log:
         varying.append("start")
     return Plan(name, tuple(runs), tuple(skipped), tuple(varying))
+
+
+def _size(axes: Mapping[str, Sequence[Any]]) -> int:
+    return math.prod(len(values) for values in axes.values())
+
+
+def _check_size(starts: int, per_start: tuple[int, int, int], timing: Timing) -> None:
+    """Refuse a grid whose sweep would be unbounded, before any run is built."""
+    events, configs, repetitions = per_start
+    runs = starts * events * configs * repetitions
+    if runs > MAX_RUNS:
+        raise InvalidSpec("(grid)", f"{starts} starting groups x {events} events x {configs} configs x "
+                                    f"{repetitions} repetitions = {runs} runs; at most {MAX_RUNS}")
+    if runs * timing.max_rebalances > MAX_SIMULATED_REBALANCES:
+        raise InvalidSpec("timing.max_rebalances", f"{runs} runs x {timing.max_rebalances} rebalances may simulate "
+                                                   f"more than {MAX_SIMULATED_REBALANCES} rebalances")
 
 
 def _axes(section: str, raw: Any, cls: type) -> dict[str, list[Any]]:

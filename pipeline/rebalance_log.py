@@ -19,6 +19,7 @@ from typing import Any
 
 from assignor import UNKNOWN, InvalidInput
 from assignor.balance import imbalance, is_balanced
+from assignor.lag import MAX_LONG
 from assignor.probing import Trigger
 from assignor.scenario import parse_problem, parse_result
 
@@ -27,6 +28,8 @@ MEMBERSHIP_TRIGGERS = frozenset(trigger.value for trigger in Trigger if trigger.
 LOG_FILE = "rebalances.jsonl"
 # Lag histogram buckets: 0, then decades 1-9, 10-99, ..., >= 1e9 (12 buckets).
 LAG_BUCKETS = ("0", "1+", "10+", "100+", "1k+", "10k+", "100k+", "1M+", "10M+", "100M+", "1G+")
+# time_ms is epoch milliseconds: 1970 up to the end of the year 9999.
+MAX_TIME_MS = 253_402_300_799_999
 
 
 class InvalidLog(ValueError):
@@ -58,9 +61,13 @@ def parse_line(line: str) -> tuple[dict[str, Any] | None, str | None]:
     if not text:
         return None, None
     try:
-        record = json.loads(text)
+        record = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
     except json.JSONDecodeError as error:
         return None, f"(line): not valid JSON: {error.msg}"
+    except ValueError as error:  # NaN/Infinity, 1e999, or an integer of more than 4300 digits
+        return None, f"(line): not valid JSON: {error}"
+    except RecursionError:
+        return None, "(line): not valid JSON: nested too deeply"
     if not isinstance(record, Mapping):
         return None, "(line): expected a JSON object"
     if record.get("schema") != SCHEMA:
@@ -68,11 +75,44 @@ def parse_line(line: str) -> tuple[dict[str, Any] | None, str | None]:
     for name, kind in (("group_id", str), ("generation", int), ("time_ms", int | float), ("trigger", str)):
         value = record.get(name)
         if isinstance(value, bool) or not isinstance(value, kind):
-            return None, f"{name}: missing or of the wrong type ({value!r})"
+            return None, f"{name}: missing or of the wrong type ({_short(value)})"
+    for name, maximum in (("generation", MAX_LONG), ("time_ms", MAX_TIME_MS)):
+        if not 0 <= record[name] <= maximum:
+            return None, f"{name}: out of range [0, {maximum}] ({_short(record[name])})"
     for name in ("input", "output"):
         if not isinstance(record.get(name), Mapping):
             return None, f"{name}: expected a scenario/result document"
     return dict(record), None
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _out_of_range(metrics: Mapping[str, Any]) -> str | None:
+    """The first metric Spark cannot store (a long beyond int64, a non-finite double), if any."""
+    for name, value in metrics.items():
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, bool):
+                continue
+            if isinstance(item, int) and not -MAX_LONG - 1 <= item <= MAX_LONG:
+                return f"{name}: out of range ({_short(item)})"
+            if isinstance(item, float) and not math.isfinite(item):
+                return f"{name}: not a finite number ({item!r})"
+    return None
 
 
 def _lag_bucket(lag: int) -> int:
@@ -180,10 +220,13 @@ def line_metrics(line: str, source: str = "") -> dict[str, Any] | None:
         return None
     if error is None:
         try:
-            return {**record_metrics(record), "source": source, "error": None}
+            metrics = record_metrics(record)
+            error = _out_of_range(metrics)
+            if error is None:
+                return {**metrics, "source": source, "error": None}
         except InvalidInput as problem:
             error = str(problem)
-        except (TypeError, ValueError, AttributeError) as problem:
+        except (TypeError, ValueError, AttributeError, ArithmeticError, RecursionError) as problem:
             error = f"(record): {problem}"
     return {"source": source, "error": error}
 
@@ -192,7 +235,7 @@ def latest_per_group(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
     """Each group's latest record (by time, then generation): a real group to simulate from."""
     latest: dict[str, dict[str, Any]] = {}
     for path in expand_paths(paths):
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 record, _ = parse_line(line)
                 if record is None:

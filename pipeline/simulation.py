@@ -66,6 +66,17 @@ from assignor.scenario import parse_problem, parse_result
 EVENT_KINDS = ("scale_out", "scale_in", "rolling_restart", "lose_rack")
 LAG_KINDS = ("in_sync", "uniform", "exponential")
 
+# Upper bounds of every numeric grid value (docs/pipeline.md, "Bounds"): generous, but they keep
+# one run (and, with the grid's own bounds in ``pipeline.grid``, one sweep) finite.
+MAX_CLIENTS = 5_000  # members of a group, before and after its event
+MAX_THREADS = 1_000  # stream threads per member
+MAX_TASKS = 100_000  # subtopologies x partitions: the assignor's largest benchmarked group
+MAX_STANDBYS = 100
+MAX_OFFSETS = 10**15  # changelog sizes, lags and acceptable_recovery_lag, in offsets
+MAX_RATE = 10**12  # offsets per second
+MAX_SECONDS = 365 * 86_400  # any duration: one simulated year
+MAX_REBALANCES = 10_000  # timing.max_rebalances
+
 
 class InvalidSpec(InvalidInput):
     """A run or grid value that cannot be simulated; ``field`` names it (the assignor's own
@@ -92,11 +103,16 @@ class GroupShape:
     append_rate: float = 100.0
 
     def __post_init__(self) -> None:
-        for name in ("clients", "threads", "subtopologies", "partitions"):
-            _require_int(f"group.{name}", getattr(self, name), 1)
-        _require_int("group.racks", self.racks, 0)
-        _require_int("group.standbys", self.standbys, 0)
-        _require_int("group.changelog_offsets", self.changelog_offsets, 0)
+        _require_int("group.clients", self.clients, 1, MAX_CLIENTS)
+        _require_int("group.threads", self.threads, 1, MAX_THREADS)
+        _require_int("group.subtopologies", self.subtopologies, 1, MAX_TASKS)
+        _require_int("group.partitions", self.partitions, 1, MAX_TASKS)
+        if self.subtopologies * self.partitions > MAX_TASKS:
+            raise InvalidSpec("group.partitions", f"subtopologies x partitions must be <= {MAX_TASKS} tasks, "
+                                                  f"got {self.subtopologies} x {self.partitions}")
+        _require_int("group.racks", self.racks, 0, MAX_CLIENTS)
+        _require_int("group.standbys", self.standbys, 0, MAX_STANDBYS)
+        _require_int("group.changelog_offsets", self.changelog_offsets, 0, MAX_OFFSETS)
         share = self.stateful_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
             raise InvalidSpec("group.stateful_share", f"expected a fraction in [0, 1], got {share!r}")
@@ -127,7 +143,7 @@ class ScalingEvent:
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
             raise InvalidSpec("events", f"unknown event {self.kind!r}; expected one of {', '.join(EVENT_KINDS)}")
-        _require_int("events.count", self.count, 0)
+        _require_int("events.count", self.count, 0, MAX_CLIENTS)
         if self.kind in ("scale_out", "scale_in") and self.count < 1:
             raise InvalidSpec("events", f"{self.kind} needs a count >= 1, e.g. '{self.kind}:2'")
 
@@ -159,10 +175,11 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.early_probe, bool):
             raise InvalidSpec("configs.early_probe", f"expected true or false, got {self.early_probe!r}")
-        if not isinstance(self.min_probe_interval_s, int | float) or self.min_probe_interval_s < 0:
-            raise InvalidSpec("configs.min_probe_interval_s", f"expected seconds >= 0, got {self.min_probe_interval_s!r}")
-        if isinstance(self.probing_interval_s, bool) or not isinstance(self.probing_interval_s, int | float):
-            raise InvalidSpec("configs.probing_interval_s", f"expected seconds, got {self.probing_interval_s!r}")
+        _require_seconds("configs.min_probe_interval_s", self.min_probe_interval_s)
+        if isinstance(self.probing_interval_s, bool) or not isinstance(self.probing_interval_s, int | float) \
+                or not math.isfinite(self.probing_interval_s) or self.probing_interval_s > MAX_SECONDS:
+            raise InvalidSpec("configs.probing_interval_s", f"expected seconds <= {MAX_SECONDS}, "
+                                                            f"got {self.probing_interval_s!r}")
         _floats(self, "probing_interval_s", "min_probe_interval_s")
         try:
             self.assignment_config(0)
@@ -171,6 +188,9 @@ class SimConfig:
                     "rack_aware_strategy": "rack_strategy"}.get(error.field.removeprefix("config."),
                                                                 error.field.removeprefix("config."))
             raise InvalidSpec(f"configs.{name}", error.message) from None
+        for name, maximum in (("acceptable_recovery_lag", MAX_OFFSETS), ("max_warmup_replicas", MAX_TASKS)):
+            if getattr(self, name) > maximum:
+                raise InvalidSpec(f"configs.{name}", f"expected at most {maximum}, got {getattr(self, name)!r}")
 
     def assignment_config(self, standbys: int) -> AssignmentConfig:
         return AssignmentConfig(
@@ -199,11 +219,9 @@ class Timing:
 
     def __post_init__(self) -> None:
         for name in ("session_timeout_s", "restart_s", "max_simulated_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise InvalidSpec(f"timing.{name}", f"expected seconds >= 0, got {value!r}")
+            _require_seconds(f"timing.{name}", getattr(self, name))
         _floats(self, "session_timeout_s", "restart_s", "max_simulated_s")
-        _require_int("timing.max_rebalances", self.max_rebalances, 1)
+        _require_int("timing.max_rebalances", self.max_rebalances, 1, MAX_REBALANCES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,9 +261,16 @@ class RunSpec:
         )
 
 
-def _require_int(name: str, value: Any, minimum: int) -> None:
+def _require_int(name: str, value: Any, minimum: int, maximum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidSpec(name, f"expected an integer >= {minimum}, got {value!r}")
+    if value > maximum:
+        raise InvalidSpec(name, f"expected an integer <= {maximum}, got {value!r}")
+
+
+def _require_seconds(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SECONDS:
+        raise InvalidSpec(name, f"expected seconds in [0, {MAX_SECONDS}], got {value!r}")
 
 
 def _floats(value: Any, *names: str) -> None:
@@ -256,8 +281,8 @@ def _floats(value: Any, *names: str) -> None:
 
 def _check_rates(restore_rate: Any, append_rate: Any) -> None:
     for name, value in (("restore_rate", restore_rate), ("append_rate", append_rate)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise InvalidSpec(f"group.{name}", f"expected offsets per second >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_RATE:
+            raise InvalidSpec(f"group.{name}", f"expected offsets per second in [0, {MAX_RATE}], got {value!r}")
     if restore_rate <= append_rate:
         raise InvalidSpec("group.restore_rate", f"must exceed append_rate ({append_rate}) or standbys never catch up")
 
@@ -274,8 +299,8 @@ def parse_lag_distribution(text: Any) -> tuple[str, tuple[float, ...]]:
         values = tuple(float(a) for a in args)
     except ValueError:
         raise InvalidSpec("group.lag", f"non-numeric parameter in {text!r}") from None
-    if any(v < 0 for v in values) or (kind == "uniform" and values[0] > values[1]):
-        raise InvalidSpec("group.lag", f"parameters must be >= 0 and LO <= HI in {text!r}")
+    if not all(0 <= v <= MAX_OFFSETS for v in values) or (kind == "uniform" and values[0] > values[1]):
+        raise InvalidSpec("group.lag", f"parameters must be in [0, {MAX_OFFSETS}] and LO <= HI in {text!r}")
     return kind, values
 
 

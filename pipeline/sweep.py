@@ -215,6 +215,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
 
 
+MAX_PARTITIONS = 100_000
+
+
+def argument_problem(out: str, partitions: int | None) -> str | None:
+    """``--out`` and ``--partitions`` checked before Spark starts: the flag and the problem, or None."""
+    if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
+        return f"--partitions: expected an integer in [1, {MAX_PARTITIONS}], got {partitions}"
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        return f"--out: {out} exists and is not a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"--out: cannot create {out}: {error.strerror}"
+    return None
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from pipeline.simulation import InvalidSpec
     from pipeline.spark import spark_session
@@ -223,6 +240,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         plan = load_grid(args.grid)
     except InvalidSpec as error:
         print(f"simulate: invalid grid: {error}", file=sys.stderr)
+        return 2
+    problem = argument_problem(args.out, args.partitions)
+    if problem:
+        print(f"simulate: {problem}", file=sys.stderr)
         return 2
     if not plan.runs:
         print("simulate: the grid expands to no runnable runs", file=sys.stderr)

@@ -1,0 +1,185 @@
+"""Hostile and sloppy input: huge grids, overflowing log lines, bad flags (fuzzC report).
+
+All but the last test run without Spark: bad input must be refused before a session starts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from pipeline.grid import MAX_REPETITIONS, MAX_RUNS, expand_grid, load_grid
+from pipeline.rebalance_log import line_metrics
+from pipeline.simulation import MAX_CLIENTS, MAX_TASKS, GroupShape, InvalidSpec
+from tests.pipeline.records import lines, scale_out_story
+
+GOOD = {"group": {"clients": 4}, "events": ["scale_out:1"], "configs": {"max_warmup_replicas": [1, 2]}}
+HUGE = 10**9
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        pytest.param({"repetitions": HUGE}, "repetitions", id="repetitions"),
+        pytest.param({"repetitions": MAX_REPETITIONS + 1}, "repetitions", id="repetitions-just-over"),
+        pytest.param({"group": {"clients": HUGE}}, "group.clients", id="clients"),
+        pytest.param({"group": {"clients": [4, HUGE]}}, "group.clients", id="clients-list"),
+        pytest.param({"group": {"clients": MAX_CLIENTS + 1}}, "group.clients", id="clients-just-over"),
+        pytest.param({"group": {"threads": HUGE}}, "group.threads", id="threads"),
+        pytest.param({"group": {"racks": HUGE}}, "group.racks", id="racks"),
+        pytest.param({"group": {"partitions": HUGE}}, "group.partitions", id="partitions"),
+        pytest.param({"group": {"subtopologies": HUGE}}, "group.subtopologies", id="subtopologies"),
+        pytest.param({"group": {"subtopologies": 2, "partitions": MAX_TASKS // 2 + 1}}, "group.partitions",
+                     id="tasks-product"),
+        pytest.param({"group": {"standbys": HUGE}}, "group.standbys", id="standbys"),
+        pytest.param({"group": {"changelog_offsets": 10**30}}, "group.changelog_offsets", id="changelog"),
+        pytest.param({"group": {"lag": "uniform:0:1e400"}}, "group.lag", id="lag-inf"),
+        pytest.param({"group": {"restore_rate": float("inf")}}, "group.restore_rate", id="restore-inf"),
+        pytest.param({"group": {"restore_rate": float("nan")}}, "group.restore_rate", id="restore-nan"),
+        pytest.param({"group": {"append_rate": 10**30}}, "group.append_rate", id="append-huge"),
+        pytest.param({"events": [f"scale_out:{HUGE}"]}, "events.count", id="scale-out"),
+        pytest.param({"events": [f"rolling_restart:{HUGE}"]}, "events.count", id="rolling-restart"),
+        pytest.param({"group": {"clients": MAX_CLIENTS}}, "events", id="clients-after-scale-out"),
+        pytest.param({"configs": {"acceptable_recovery_lag": 10**16}}, "configs.acceptable_recovery_lag",
+                     id="arl"),
+        pytest.param({"configs": {"max_warmup_replicas": HUGE}}, "configs.max_warmup_replicas", id="warmups"),
+        pytest.param({"configs": {"probing_interval_s": float("inf")}}, "configs.probing_interval_s",
+                     id="probing-inf"),
+        pytest.param({"configs": {"min_probe_interval_s": 1e30}}, "configs.min_probe_interval_s", id="min-probe"),
+        pytest.param({"timing": {"max_simulated_s": float("inf")}}, "timing.max_simulated_s", id="max-simulated"),
+        pytest.param({"timing": {"session_timeout_s": 1e30}}, "timing.session_timeout_s", id="session"),
+        pytest.param({"timing": {"max_rebalances": HUGE}}, "timing.max_rebalances", id="max-rebalances"),
+        pytest.param({"repetitions": 1000, "configs": {"max_warmup_replicas": list(range(1, 201))}}, "(grid)",
+                     id="runs-product"),
+        pytest.param({"repetitions": 5000, "timing": {"max_rebalances": 5000}}, "timing.max_rebalances",
+                     id="rebalances-product"),
+    ],
+)
+def test_huge_grids_are_refused_with_the_field_named(change, field):
+    started = time.monotonic()
+    with pytest.raises(InvalidSpec) as raised:
+        expand_grid({**GOOD, **change})
+    assert raised.value.field == field, str(raised.value)
+    assert time.monotonic() - started < 5  # refused before any expansion
+
+
+def test_the_run_bound_is_checked_before_the_cross_product_is_built():
+    axes = {name: list(range(1, 101)) for name in ("clients", "threads", "racks", "standbys")}
+    started = time.monotonic()
+    with pytest.raises(InvalidSpec) as raised:
+        expand_grid({**GOOD, "group": axes})
+    assert raised.value.field == "(grid)" and str(MAX_RUNS) in str(raised.value)
+    assert time.monotonic() - started < 5
+
+
+def test_the_largest_allowed_values_still_expand():
+    plan = expand_grid({**GOOD, "repetitions": 2, "group": {"clients": 4, "subtopologies": 1,
+                                                             "partitions": MAX_TASKS}})
+    assert len(plan.runs) == 4
+
+
+@pytest.fixture
+def log_file(tmp_path):
+    path = tmp_path / "rebalances.jsonl"
+    path.write_text(lines(scale_out_story()))
+    return path
+
+
+def test_from_log_uses_the_default_rates(log_file):
+    plan = expand_grid({**GOOD, "from_log": [str(log_file)]})
+    logged = [run for run in plan.runs if run.start is not None]
+    defaults = GroupShape()
+    assert logged and {(r.rates.restore_rate, r.rates.append_rate) for r in logged} == {
+        (defaults.restore_rate, defaults.append_rate)}
+
+
+@pytest.mark.parametrize("content", [None, b"\xff\xfe\x00garbage\x80" * 50], ids=["missing", "binary"])
+def test_a_missing_or_binary_from_log_names_the_field(tmp_path, content):
+    path = tmp_path / "log.jsonl"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(InvalidSpec) as raised:
+        expand_grid({**GOOD, "from_log": [str(path)]})
+    assert raised.value.field == "from_log"
+
+
+def test_a_binary_grid_file_names_the_flag(tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x80" * 20)
+    with pytest.raises(InvalidSpec) as raised:
+        load_grid(grid)
+    assert raised.value.field == "--grid"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--out", "{file}"], "--out: ", id="out-is-a-file"),
+        pytest.param(["--out", "{dir}", "--partitions", "-3"], "--partitions: ", id="negative-partitions"),
+        pytest.param(["--out", "{dir}", "--partitions", "0"], "--partitions: ", id="zero-partitions"),
+    ],
+)
+@pytest.mark.parametrize("command", ["simulate", "analyze"])
+def test_bad_out_and_partitions_fail_in_one_line_before_spark_starts(tmp_path, capsys, monkeypatch, log_file,
+                                                                      command, args, message):
+    import pipeline.spark
+    from pipeline.cli import main
+
+    def no_spark(*_args, **_kwargs):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(pipeline.spark, "spark_session", no_spark)
+    existing = tmp_path / "existing"
+    existing.write_text("keep me\n")
+    args = [a.format(file=existing, dir=tmp_path / "out") for a in args]
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("events: [scale_out:1]\ngroup:\n  clients: 4\n")
+    source = ["--grid", str(grid)] if command == "simulate" else [str(log_file)]
+    assert main([command, *source, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{command}: ") and message in err and err.count("\n") == 1, err
+    assert existing.read_text() == "keep me\n"
+
+
+def _story_line(**change) -> str:
+    return json.dumps({**scale_out_story()[0], **change})
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        pytest.param(_story_line(time_ms=10**30), "time_ms", id="time-overflow"),
+        pytest.param(_story_line(time_ms=-1), "time_ms", id="time-negative"),
+        pytest.param(_story_line(time_ms=1e300), "time_ms", id="time-float-overflow"),
+        pytest.param(_story_line(generation=10**20), "generation", id="generation-overflow"),
+        pytest.param("[" * 100_000, "(line)", id="deeply-nested"),
+        pytest.param('{"a": ' * 100_000, "(line)", id="deeply-nested-object"),
+        pytest.param(_story_line(compute_ms=float("nan")), "(line)", id="nan"),
+        pytest.param(_story_line(compute_ms=float("inf")), "(line)", id="infinity"),
+        pytest.param(_story_line(compute_ms=float("-inf")), "(line)", id="minus-infinity"),
+        pytest.param(_story_line(compute_ms=1).replace('"compute_ms": 1', '"compute_ms": 1e999'), "(line)",
+                     id="float-literal-overflow"),
+        pytest.param(_story_line(compute_ms=1).replace('"compute_ms": 1', '"compute_ms": ' + "9" * 5000),
+                     "(line)", id="integer-too-long"),
+        pytest.param(_story_line(compute_ms=10**400), "(record)", id="compute-ms-overflow"),
+    ],
+)
+def test_overflowing_and_non_finite_lines_are_error_rows(line, field):
+    row = line_metrics(line, "f")
+    assert row is not None and row["error"] is not None and row["error"].startswith(field), row
+
+
+def test_analyze_counts_overflowing_lines_and_keeps_the_rest(spark, tmp_path):
+    from pipeline.analytics import analyze
+
+    story = scale_out_story()
+    bad = [_story_line(time_ms=10**30), _story_line(generation=10**20), "[" * 100_000,
+           _story_line(compute_ms=float("nan"))]
+    log = tmp_path / "rebalances.jsonl"
+    log.write_text(lines(story) + "\n".join(bad) + "\n")
+    data = analyze(spark, [str(log)], tmp_path / "out", bucket_s=3600, report=False, show_progress=False)
+    assert data["counts"]["records"] == len(story) and data["counts"]["bad_lines"] == len(bad)
+    problems = {row["error"].split(":")[0] for row in data["bad"]}
+    assert problems == {"time_ms", "generation", "(line)"}
