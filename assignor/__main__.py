@@ -15,6 +15,19 @@ from assignor import solve
 from assignor.model import InvalidInput
 from assignor.scenario import parse_problem_text, result_to_document
 
+# Spaces per level of --indent: a readable page needs a few; 10^8 wrote 9 GB of spaces
+MAX_INDENT = 16
+
+
+def _indent(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_INDENT}, got {text!r}") from None
+    if not 0 <= value <= MAX_INDENT:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_INDENT}, got {value}")
+    return value
+
 
 def main(argv: list[str] | None = None) -> int:
     # One BLAS thread: the assignor does no linear algebra, and scipy (loaded for a warm start)
@@ -24,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog="The scenario and result formats: docs/scenario-format.md.")
     parser.add_argument("scenario", help="scenario JSON file, or - for standard input")
     parser.add_argument("--explain", action="store_true", help="add the assignor's reason for every placement and the rack-awareness report")
-    parser.add_argument("--indent", type=int, default=None, help="pretty-print the JSON with this many spaces per level (default: one line)")
+    parser.add_argument("--indent", type=_indent, default=None,
+                        help=f"pretty-print the JSON with this many spaces per level, 0 to {MAX_INDENT} (default: one line)")
     args = parser.parse_args(argv)
     try:
         if args.scenario == "-":
@@ -44,8 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error.field}: {error.message}", file=sys.stderr)
         return 2
     result = solve(problem)
-    json.dump(result_to_document(result, explain=args.explain), sys.stdout, indent=args.indent)
-    sys.stdout.write("\n")
+    try:
+        json.dump(result_to_document(result, explain=args.explain), sys.stdout, indent=args.indent)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left early (`| head`): stop quietly, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

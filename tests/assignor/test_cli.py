@@ -127,6 +127,31 @@ def test_invalid_input_exits_2_with_one_line_naming_the_field(document, field):
     assert lines[0].startswith(f"error: {field}:"), lines[0]
 
 
+@pytest.mark.parametrize("indent", ["-5", "17", "100000000", "two"])
+def test_an_indent_beyond_a_page_exits_2_naming_the_flag(indent):
+    """``--indent 100000000`` wrote 9 GB of spaces; a negative one was taken as none."""
+    completed = run_cli(VALID, "--indent", indent)
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    assert "--indent" in completed.stderr and "0 to 16" in completed.stderr
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """``python -m assignor big.json | head``: the output outgrows the pipe and the reader
+    closes it; the assignor stops quietly instead of printing BrokenPipeError."""
+    document = {"version": 1, "tasks": [{"id": f"0_{p}", "stateful": False} for p in range(5_000)],
+                "clients": [{"id": f"c{i}"} for i in range(50)]}
+    process = subprocess.Popen([sys.executable, "-m", "assignor", "-", "--indent", "16"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdin.write(json.dumps(document).encode())
+    process.stdin.close()
+    process.stdout.read(10)
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    process.wait(timeout=60)
+    assert "Traceback" not in stderr, stderr
+
+
 def test_unreadable_file_exits_2(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "assignor", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60
