@@ -184,8 +184,10 @@ class SimConfig:
         try:
             self.assignment_config(0)
         except InvalidInput as error:
-            name = {"probing_rebalance_interval_ms": "probing_interval_s",
-                    "rack_aware_strategy": "rack_strategy"}.get(error.field.removeprefix("config."),
+            if error.field == "config.probing_rebalance_interval_ms":  # in this field's unit, seconds
+                raise InvalidSpec("configs.probing_interval_s", f"must be >= 60 (KIP-441's minimum probing interval), "
+                                                                 f"got {self.probing_interval_s!r}") from None
+            name = {"rack_aware_strategy": "rack_strategy"}.get(error.field.removeprefix("config."),
                                                                 error.field.removeprefix("config."))
             raise InvalidSpec(f"configs.{name}", error.message) from None
         for name, maximum in (("acceptable_recovery_lag", MAX_OFFSETS), ("max_warmup_replicas", MAX_TASKS)):

@@ -121,6 +121,14 @@ def test_bad_grids_name_the_field(change, field):
     assert raised.value.field == field
 
 
+def test_the_probing_interval_is_refused_in_its_own_unit():
+    """The grid gives seconds: the message must not quote the assignor's milliseconds."""
+    with pytest.raises(InvalidSpec) as raised:
+        expand_grid({**GOOD, "configs": {"probing_interval_s": 5}})
+    assert raised.value.field == "configs.probing_interval_s"
+    assert ">= 60" in raised.value.message and "got 5" in raised.value.message and "60000" not in raised.value.message
+
+
 def test_grid_expansion_crosses_axes_and_shares_seeds_across_configs():
     plan = expand_grid({**GOOD, "group": {"clients": [4, 1], "racks": 1}, "events": ["scale_in:1", "lose_rack"],
                         "repetitions": 2})
