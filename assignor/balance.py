@@ -40,6 +40,12 @@ def is_balanced(counts: Mapping[str, int], threads: Mapping[str, int], balance_f
     return True
 
 
+def replicas_balanced(counts: Mapping[str, int], threads: Mapping[str, int], balance_factor: int) -> bool:
+    """scenario.md's stateful balance (actives plus standbys of stateful tasks): a rule only
+    when every client runs as many threads."""
+    return len(set(threads.values())) > 1 or is_balanced(counts, threads, balance_factor)
+
+
 def imbalance(counts: Mapping[str, int], threads: Mapping[str, int]) -> float:
     """Spread of load, max minus min tasks per thread: a metric for reports, not a rule."""
     if not counts:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from assignor import rack_aware
-from assignor.balance import is_balanced
+from assignor.balance import is_balanced, replicas_balanced
 from assignor.model import (
     AssignmentConfig,
     AssignmentResult,
@@ -130,7 +130,7 @@ def _balanced_once_caught_up(group: Group, placement: _Placement, config: Assign
         replica_counts[placement.active[task]] += 1
         for client in standbys:
             replica_counts[client] += 1
-    return len(set(group.threads.values())) > 1 or is_balanced(replica_counts, group.threads, config.balance_factor)
+    return replicas_balanced(replica_counts, group.threads, config.balance_factor)
 
 
 def _stop_moving(group: Group, placement: _Placement) -> None:
@@ -381,7 +381,7 @@ def settled_assignment(group: Group, ranking: Ranking | None, config: Assignment
     claims = sum(len(group.states[c].prev_active & group.specs.keys()) for c in group.clients)
     if claims != len(owners):
         return None
-    if len(set(group.threads.values())) == 1 and not is_balanced(replica_counts, group.threads, config.balance_factor):
+    if not replicas_balanced(replica_counts, group.threads, config.balance_factor):
         return None
     assignments = {
         client: ClientAssignment(

@@ -61,14 +61,13 @@ def stand_down_reason(group: Group, config: AssignmentConfig) -> str:
     for client in group.clients:
         if group.states[client].rack is None:
             return f"client {client} has no rack"
-    rack_count = len({group.states[c].rack for c in group.clients})
-    if rack_count > MAX_RACKS:
-        return f"{rack_count} client racks, more than {MAX_RACKS}"
+    client_racks = {group.states[c].rack for c in group.clients}
+    if len(client_racks) > MAX_RACKS:
+        return f"{len(client_racks)} client racks, more than {MAX_RACKS}"
     for task, spec in group.specs.items():
         for tp in spec.partitions:
             if not tp.racks:
                 return f"input partition {tp.topic}-{tp.partition} of task {task} lists no racks"
-    client_racks = {group.states[c].rack for c in group.clients}
     for spec in group.specs.values():
         for tp in spec.partitions:
             if tp.racks & client_racks and not client_racks <= tp.racks:

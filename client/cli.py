@@ -16,7 +16,8 @@ from pathlib import Path
 
 import structlog
 
-from assignor.model import InvalidInput
+from assignor.lag import MAX_LONG
+from assignor.model import MAX_INT, InvalidInput
 
 
 def configure_logging(level: str = "warning", log_format: str = "console") -> None:
@@ -38,8 +39,6 @@ def _tag(text: str) -> tuple[str, str]:
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-_INT32_MAX = (1 << 31) - 1
-_INT64_MAX = (1 << 63) - 1
 
 
 def _check_log_level(level: str) -> None:
@@ -147,11 +146,11 @@ def run_sidecar(args: argparse.Namespace) -> int:
     try:
         # The wire's int32 fields (JoinGroupRequest.num_threads, session_timeout_ms) and the
         # local limits: refused here, by flag, rather than by protobuf once the member runs.
-        _check_range("--threads", args.threads, 1, _INT32_MAX)
-        _check_range("--session-timeout-ms", args.session_timeout_ms, 1, _INT32_MAX)
-        _check_range("--heartbeat-interval-ms", args.heartbeat_interval_ms, 1, _INT32_MAX)
-        _check_range("--apply-timeout-ms", args.apply_timeout_ms, 0, _INT32_MAX)
-        _check_range("--state-cleanup-delay-ms", args.state_cleanup_delay_ms, 0, _INT64_MAX)
+        _check_range("--threads", args.threads, 1, MAX_INT)
+        _check_range("--session-timeout-ms", args.session_timeout_ms, 1, MAX_INT)
+        _check_range("--heartbeat-interval-ms", args.heartbeat_interval_ms, 1, MAX_INT)
+        _check_range("--apply-timeout-ms", args.apply_timeout_ms, 0, MAX_INT)
+        _check_range("--state-cleanup-delay-ms", args.state_cleanup_delay_ms, 0, MAX_LONG)
         _check_address("--server", args.server, several=True)
         _check_address("--listen", args.listen, port_zero=True)
         topology, config = load_member_file(args.topology)

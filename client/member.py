@@ -38,8 +38,8 @@ import grpc
 import structlog
 
 from assignor.cluster import MemberAssignment
-from assignor.lag import Lag
-from assignor.model import AssignmentConfig, HostInfo, InvalidInput, Role, TaskId
+from assignor.lag import MAX_LONG, Lag
+from assignor.model import MAX_INT, AssignmentConfig, HostInfo, InvalidInput, Role, TaskId
 from assignor.topology import Topology
 from client import codec
 from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, diff
@@ -118,11 +118,9 @@ class MemberState(enum.StrEnum):
     CLOSED = "closed"
 
 
-_INT32_MAX = (1 << 31) - 1
-_INT64_MAX = (1 << 63) - 1
 
 
-def _positive(name: str, value: object, minimum: int = 1, maximum: int = _INT32_MAX) -> None:
+def _positive(name: str, value: object, minimum: int = 1, maximum: int = MAX_INT) -> None:
     """An integer in range; the default maximum is the wire's int32 (JoinGroupRequest)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidInput(name, f"expected an integer >= {minimum}, got {value!r}")
@@ -163,8 +161,8 @@ class MemberConfig:
         _positive("session_timeout_ms", self.session_timeout_ms)
         _positive("rebalance_timeout_ms", self.rebalance_timeout_ms, minimum=0)
         _positive("heartbeat_interval_ms", self.heartbeat_interval_ms)
-        _positive("retry_backoff_ms", self.retry_backoff_ms, maximum=_INT64_MAX)
-        _positive("retry_backoff_max_ms", self.retry_backoff_max_ms, minimum=self.retry_backoff_ms, maximum=_INT64_MAX)
+        _positive("retry_backoff_ms", self.retry_backoff_ms, maximum=MAX_LONG)
+        _positive("retry_backoff_max_ms", self.retry_backoff_max_ms, minimum=self.retry_backoff_ms, maximum=MAX_LONG)
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise InvalidInput("heartbeat_interval_ms", "must be below session_timeout_ms (Kafka: about a third)")
 
@@ -224,7 +222,7 @@ async def route_query(
     else:
         topology.store(store)
     if max_lag is not None:
-        _positive("max_lag", max_lag, minimum=0, maximum=_INT64_MAX)
+        _positive("max_lag", max_lag, minimum=0, maximum=MAX_LONG)
     request = pb.RouteQueryRequest(group_id=group_id, store=store, partition=partition)
     if max_lag is not None:
         request.max_lag = max_lag
