@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.rebalance_log import LAG_BUCKETS, expand_paths, line_metrics
+from pipeline.rebalance_log import LAG_BUCKETS, InvalidLog, expand_paths, line_metrics
 
 RECORD_COLUMNS: list[tuple[str, str]] = [
     ("group_id", "string"), ("generation", "long"), ("time_ms", "long"), ("compute_ms", "double"),
@@ -100,6 +100,9 @@ def episodes_of(records: Any) -> Any:
 #: ``TIMELINE_BUCKETS`` buckets (a 5-minute log in 5-second buckets, a week in hours).
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 604800)
 TIMELINE_BUCKETS = 60
+#: ``--bucket-s`` at most: a year, the grid's bound on any duration (pipeline.simulation.MAX_SECONDS);
+#: a larger bucket puts any real log in one point.
+MAX_BUCKET_S = 365 * 86_400
 
 
 def bucket_for_span(span_s: float, buckets: int = TIMELINE_BUCKETS) -> int:
@@ -124,6 +127,7 @@ def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int | No
     parsed = spark.read.parquet(str(out / "_parsed"))
     bad = parsed.where(F.col("error").isNotNull())
     good = parsed.where(F.col("error").isNull())
+    _require_records(parsed, bad, len(files))
     records = good.dropDuplicates(["group_id", "generation", "time_ms"]).drop("error")
     records.orderBy("group_id", "time_ms", "generation").write.mode("overwrite").parquet(str(out / "records"))
     records = spark.read.parquet(str(out / "records"))
@@ -197,6 +201,27 @@ def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int | No
 
         (out / "report.html").write_text(analytics_report(data), encoding="utf-8")
     return data
+
+
+def _require_records(parsed: Any, bad: Any, files: int) -> None:
+    """Raise ``InvalidLog`` when no line is a valid record: an input that is all bad lines, or no
+    rebalance log at all, would otherwise give an empty report and look like a quiet log."""
+    from pyspark.sql import functions as F
+
+    counts = parsed.agg(F.count("*").alias("lines"), F.count("error").alias("bad")).first()
+    lines = counts["lines"]
+    if lines > counts["bad"]:
+        return
+    problem = ""
+    if lines:
+        top = bad.groupBy("error").count().orderBy(F.desc("count"), "error").first()
+        problem = f"; most common problem ({_plural(top['count'], 'line')}): {' '.join(top['error'].split())}"
+    raise InvalidLog(f"LOGS: none of the {_plural(lines, 'line')} read from {_plural(files, 'file')} "
+                     f"is a valid rebalance-log record{problem}")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> dict[str, Any]:

@@ -35,13 +35,14 @@ def register(subparsers) -> None:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from pipeline.analytics import analyze
+    from pipeline.analytics import MAX_BUCKET_S, analyze
     from pipeline.rebalance_log import InvalidLog, expand_paths
     from pipeline.spark import spark_session
     from pipeline.sweep import argument_problem
 
-    if args.bucket_s is not None and args.bucket_s < 1:
-        print("analyze: --bucket-s: must be >= 1", file=sys.stderr)
+    if args.bucket_s is not None and not 1 <= args.bucket_s <= MAX_BUCKET_S:
+        print(f"analyze: --bucket-s: expected seconds in [1, {MAX_BUCKET_S}] (a year), got {args.bucket_s}",
+              file=sys.stderr)
         return 2
     try:
         files = expand_paths(args.logs)
@@ -57,6 +58,9 @@ def run_analyze(args: argparse.Namespace) -> int:
     try:
         data = analyze(spark, files, args.out, bucket_s=args.bucket_s, report=not args.no_report,
                        partitions=args.partitions)
+    except InvalidLog as error:  # no line was a valid record: bad input, not an empty report
+        print(f"analyze: {error}", file=sys.stderr)
+        return 2
     finally:
         spark.stop()
     print(json.dumps({"out": str(args.out), **data["counts"]}))

@@ -33,7 +33,7 @@ MAX_TIME_MS = 253_402_300_799_999
 
 
 class InvalidLog(ValueError):
-    """A rebalance-log path that cannot be read."""
+    """A rebalance-log path that cannot be read, or logs holding no valid record."""
 
 
 def expand_paths(paths: Iterable[str]) -> list[str]:

@@ -1,6 +1,7 @@
 """Hostile and sloppy input: huge grids, overflowing log lines, bad flags (fuzzC report).
 
-All but the last test run without Spark: bad input must be refused before a session starts.
+All but the last tests (on the shared session) run without Spark: bad flags and grids must be
+refused before a session starts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tests.pipeline.records import lines, scale_out_story
 
 GOOD = {"group": {"clients": 4}, "events": ["scale_out:1"], "configs": {"max_warmup_replicas": [1, 2]}}
 HUGE = 10**9
+MAX_BUCKET_S = 365 * 86_400  # docs/pipeline.md, "Bounds": --bucket-s at most a year
 
 
 @pytest.mark.parametrize(
@@ -143,6 +145,23 @@ def test_bad_out_and_partitions_fail_in_one_line_before_spark_starts(tmp_path, c
     assert existing.read_text() == "keep me\n"
 
 
+@pytest.mark.parametrize("bucket_s", [0, -5, MAX_BUCKET_S + 1, 10**30])
+def test_bucket_s_out_of_range_fails_in_one_line_before_spark_starts(tmp_path, capsys, monkeypatch, log_file,
+                                                                      bucket_s):
+    import pipeline.spark
+    from pipeline.cli import main
+
+    def no_spark(*_args, **_kwargs):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(pipeline.spark, "spark_session", no_spark)
+    assert main(["analyze", str(log_file), "--out", str(tmp_path / "out"), "--bucket-s", str(bucket_s)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("analyze: --bucket-s: ") and str(MAX_BUCKET_S) in err and err.count("\n") == 1, err
+    with pytest.raises(AssertionError, match="Spark started"):  # the bound itself is allowed
+        main(["analyze", str(log_file), "--out", str(tmp_path / "out"), "--bucket-s", str(MAX_BUCKET_S)])
+
+
 def _story_line(**change) -> str:
     return json.dumps({**scale_out_story()[0], **change})
 
@@ -183,3 +202,66 @@ def test_analyze_counts_overflowing_lines_and_keeps_the_rest(spark, tmp_path):
     assert data["counts"]["records"] == len(story) and data["counts"]["bad_lines"] == len(bad)
     problems = {row["error"].split(":")[0] for row in data["bad"]}
     assert problems == {"time_ms", "generation", "(line)"}
+
+
+class _SharedSession:
+    """The test session handed to the CLI: its ``stop()`` leaves it running for the other tests."""
+
+    def __init__(self, spark):
+        self._spark = spark
+
+    def __getattr__(self, name):
+        return getattr(self._spark, name)
+
+    def stop(self):
+        pass
+
+
+@pytest.fixture
+def analyze_cli(spark, monkeypatch, capsys):
+    """``remote-leader analyze`` on the shared Spark session: (exit code, stdout, stderr)."""
+    import pipeline.spark
+    from pipeline.cli import main
+
+    monkeypatch.setattr(pipeline.spark, "spark_session", lambda *_args, **_kwargs: _SharedSession(spark))
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(["analyze", *argv])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+NOT_A_REBALANCE_LOG = {
+    "all-lines-bad": ("{torn line\n" * 2 + _story_line(time_ms=-1) + "\n[1, 2]\n", 4,
+                      "most common problem (2 lines): (line): not valid JSON"),
+    "text": ("hello\n\nthis is not a rebalance log\n", 2, "most common problem (2 lines): (line): not valid JSON"),
+    "other-json": ("".join(json.dumps({"event": "server.started", "level": "info", "port": p}) + "\n"
+                           for p in (1, 2, 3)), 3, "most common problem (3 lines): schema: unsupported schema None"),
+    "empty": ("\n", 0, ""),
+}
+
+
+@pytest.mark.parametrize(("content", "count", "problem"), list(NOT_A_REBALANCE_LOG.values()),
+                         ids=list(NOT_A_REBALANCE_LOG))
+def test_analyze_with_no_valid_line_fails_in_one_line(analyze_cli, tmp_path, content, count, problem):
+    log = tmp_path / "rebalances.jsonl"
+    log.write_text(content)
+    out = tmp_path / "out"
+    code, stdout, err = analyze_cli(str(log), "--out", str(out), "--bucket-s", "60")
+    assert code == 2 and stdout == "", (code, stdout, err)
+    message = err.strip().splitlines()[-1]  # after the "analyze: 1 log files" line
+    assert message.startswith(f"analyze: LOGS: none of the {count} lines read from 1 file is a valid "
+                              "rebalance-log record"), err
+    assert problem in message, message
+    assert not (out / "report.html").exists() and not (out / "records").exists()
+
+
+def test_analyze_with_some_valid_lines_still_reports(analyze_cli, tmp_path):
+    log = tmp_path / "rebalances.jsonl"
+    log.write_text("{torn line\n" * 3 + lines(scale_out_story()[:1]))
+    code, stdout, err = analyze_cli(str(log), "--out", str(tmp_path / "out"), "--no-report")
+    assert code == 0, err
+    counts = json.loads(stdout)
+    assert (counts["records"], counts["bad_lines"]) == (1, 3)
