@@ -264,6 +264,8 @@ class GroupMember:
         self._on_assignment = on_assignment
         # ``target``: a channel, or host:port[,host:port...] of one server or of several replicas.
         self._link = CoordinatorLink(target, config.group_id, lambda address: open_channel(address, tls=tls))
+        # How the member's own channels connect, for the TLS hint; unknown for a caller's channel.
+        self._tls = (tls or PLAINTEXT) if isinstance(target, str) else None
         self._rng = rng or random.Random(config.process_id)
         self._log = log.bind(group_id=config.group_id, process_id=config.process_id)
         self.member_id = ""
@@ -472,7 +474,13 @@ class GroupMember:
             except grpc.aio.AioRpcError as error:
                 if error.code() not in _TRANSIENT:
                     raise self._fatal_rpc(error) from None
-                self._log.info("member.join.retry", code=error.code().name, attempt=attempt)
+                hint = self._tls.tls_hint(error) if self._tls is not None else None
+                if hint:  # a plaintext member at a TLS-only server retries forever: say why, loudly
+                    self._log.warning("member.join.retry", code=error.code().name, attempt=attempt,
+                                      message=error.details(), hint=hint)
+                else:
+                    self._log.info("member.join.retry", code=error.code().name, attempt=attempt,
+                                   message=error.details())
                 await self._backoff(attempt)
                 await self._link.rediscover()
                 attempt += 1

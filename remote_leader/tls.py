@@ -84,6 +84,15 @@ class _BearerUnaryStream(grpc.aio.UnaryStreamClientInterceptor):
         return await continuation(_with_token(client_call_details, self._tokens), request)
 
 
+#: How grpc ends a connection attempt whose TCP connect succeeded but whose peer hung up before
+#: HTTP/2 began: what a server that requires TLS does to a plaintext client (its handshake fails
+#: on the HTTP/2 preface). A server that is down refuses the connection instead ("Connection
+#: refused"); a TCP proxy with no backend looks the same as TLS, hence a hint, not a verdict.
+_CLOSED_AFTER_CONNECT = "Socket closed"
+TLS_HINT = ("the server accepted the connection and closed it before speaking gRPC: if it requires TLS, "
+            "pass --tls-ca (env REMOTE_LEADER_CLIENT_TLS_CA; ClientTls(ca=...) in Python)")
+
+
 @dataclass(frozen=True, slots=True)
 class ClientTls:
     ca: Path | None = None
@@ -107,6 +116,15 @@ class ClientTls:
     @property
     def secure(self) -> bool:
         return self.ca is not None or self.cert is not None
+
+    def tls_hint(self, error: Any) -> str | None:
+        """``TLS_HINT`` when this plaintext side's call (a grpc error) failed to connect the way a
+        TLS-only server makes it fail, or None: grpc itself says only UNAVAILABLE, retried forever."""
+        details = error.details() or ""
+        if (self.secure or error.code() != grpc.StatusCode.UNAVAILABLE or "failed to connect" not in details
+                or _CLOSED_AFTER_CONNECT not in details):
+            return None
+        return TLS_HINT
 
     def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(

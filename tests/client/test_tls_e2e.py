@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import grpc
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
 from assignor.model import TaskId
 from client.lags import StaticLagSource
@@ -121,3 +125,58 @@ async def test_sidecar_upstream_and_local_api_over_mtls(secure_leader, pki, tmp_
     finally:
         process.terminate()
         await asyncio.wait_for(process.wait(), 20)
+
+
+async def _join_retries(logs: list[dict], count: int, timeout_s: float = 20.0) -> list[dict]:
+    for _ in range(int(timeout_s / 0.05)):
+        retries = [entry for entry in logs if entry["event"] == "member.join.retry"]
+        if len(retries) >= count:
+            return retries
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {count} member.join.retry: {logs}")
+
+
+async def test_a_plaintext_member_at_a_tls_server_is_told_to_pass_the_ca(tmp_path, pki):
+    server = await start_leader(tmp_path / "leader", tls_cert=pki["server"].cert, tls_key=pki["server"].key)
+    with capture_logs() as logs:
+        member = GroupMember(f"127.0.0.1:{server.port}", member_config("g", 0), StaticLagSource({}))
+        await member.start()
+        try:
+            retries = await _join_retries(logs, 2)
+        finally:
+            await member.close()
+            await server.stop(grace_s=0.5)
+    for retry in retries:  # grpc says only UNAVAILABLE ... "Socket closed": the hint says why
+        assert retry["log_level"] == "warning" and "Socket closed" in retry["message"], retry
+        assert "if it requires TLS, pass --tls-ca" in retry["hint"], retry
+
+
+async def test_no_tls_hint_when_the_server_is_simply_down(tmp_path):
+    with socket.socket() as probe:  # a port nobody listens on: the connection is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    with capture_logs() as logs:
+        member = GroupMember(f"127.0.0.1:{port}", member_config("g", 0), StaticLagSource({}))
+        await member.start()
+        try:
+            retries = await _join_retries(logs, 2)
+        finally:
+            await member.close()
+    for retry in retries:
+        assert retry["log_level"] == "info" and "hint" not in retry, retry
+        assert retry["code"] == "UNAVAILABLE" and "Connection refused" in retry["message"], retry
+
+
+async def test_a_plaintext_sidecar_at_a_tls_server_logs_the_tls_flag(secure_leader, tmp_path):
+    _server, address = secure_leader
+    process, _local = await start_sidecar(tmp_path, address)  # no --tls-* flags; --log-level warning
+    seen: list[bytes] = []
+    try:
+        while not any(b"member.join.retry" in line for line in seen):
+            seen.append(await asyncio.wait_for(process.stderr.readline(), 20))
+            assert seen[-1], seen  # the sidecar exited
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 20)
+    assert b"if it requires TLS, pass --tls-ca" in seen[-1], seen
