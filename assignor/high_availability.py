@@ -19,6 +19,8 @@ tasks balance needs are ever moved.
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -101,12 +103,53 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     placement = _Placement()
     for task in group.stateless:
         placement.active[task] = actives[task]
-        _explain_active(placement, group, task, actives[task], ranking=None)
     requests = _place_stateful(placement, group, ranking, actives, standbys)
     _grant_warmups(placement, requests, config.max_warmup_replicas)
     if placement.probing and _balanced_once_caught_up(group, placement, config):
         _stop_moving(group, placement)
+    if placement.probing:
+        _pack_stateless_orphans(group, placement, actives)
+    for task in group.stateless:
+        _explain_active(placement, group, task, placement.active[task], ranking=None)
     return _result(group, placement, config, report)
+
+
+def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mapping[TaskId, str]) -> None:
+    """KIP-441 "Stateless tasks": the assignor "packs the stateless tasks into the cluster to
+    achieve the best balance it can with respect to the assignments of stateful tasks". The
+    target's stateless actives balance the target's stateful ones; while stateful actives wait
+    away from their target clients for warm-ups, that balance is not this assignment's (a
+    newcomer restoring its first tasks would run nothing). So a stateless task without a live
+    previous owner, which moves wherever it goes, goes to the client whose load (active tasks
+    per thread) stays least with it, its target client among equals: one at a time, the best
+    balance the other tasks allow. A stateless task with a live owner keeps following the
+    target, sticky: moving it now would move it back later (docs/assignor.md, "Stateless
+    tasks")."""
+    orphans = [task for task in group.stateless if task not in group.prev_active_owner]
+    if not orphans or all(placement.active[task] == actives[task] for task in group.stateful):
+        return
+    threads = group.threads
+    scale = math.lcm(*set(threads.values()))
+    per_thread = {client: scale // threads[client] for client in group.clients}
+    orphaned = set(orphans)
+    counts = Counter(client for task, client in placement.active.items() if task not in orphaned)
+    order = {client: index for index, client in enumerate(group.clients)}
+    # (load with one task more, client order): lazily updated, an entry is current when its
+    # load matches the client's count
+    heap = [((counts[c] + 1) * per_thread[c], order[c], c) for c in group.clients]
+    heapq.heapify(heap)
+    for task in orphans:
+        while True:
+            load, _, client = heap[0]
+            if load == (counts[client] + 1) * per_thread[client]:
+                break
+            heapq.heapreplace(heap, ((counts[client] + 1) * per_thread[client], order[client], client))
+        preferred = actives[task]
+        chosen = preferred if (counts[preferred] + 1) * per_thread[preferred] == load else client
+        placement.active[task] = chosen
+        counts[chosen] += 1
+        if chosen == client:
+            heapq.heapreplace(heap, ((counts[client] + 1) * per_thread[client], order[client], client))
 
 
 def _balanced_once_caught_up(group: Group, placement: _Placement, config: AssignmentConfig) -> bool:

@@ -109,6 +109,27 @@ def _lag_rules(tasks, clients, config, result) -> list[str]:
                 broken.append(f"{spec.id} standby on lagging {c} while {caught_up_free[0]} is caught up and free")
             if spec.id in roles.warmup and ranks[c] == (0, 0):
                 broken.append(f"{spec.id} warm-up on {c}, which is caught up (a wasted replica)")
+    broken += _stateless_packed(tasks, clients, result)
+    return broken
+
+
+def _stateless_packed(tasks, clients, result) -> list[str]:
+    """KIP-441 "Stateless tasks", on a probing result with equal threads: a stateless task that
+    no client ran sits on a client no more loaded, with it, than any other would be (a newcomer
+    restoring its first tasks is not left idle). Settled results are balanced anyway."""
+    if not result.probing_rebalance_needed or len({c.threads for c in clients}) != 1:
+        return []
+    owned = {t for c in clients for t in c.prev_active}
+    counts = {c: len(roles.active) for c, roles in result.clients.items()}
+    fewest = min(counts.values())
+    broken = []
+    for spec in tasks:
+        if spec.stateful or spec.id in owned:
+            continue
+        holder = next(c for c, roles in result.clients.items() if spec.id in roles.active)
+        if counts[holder] > fewest + 1:
+            broken.append(f"stateless {spec.id}, run nowhere before, on {holder} with {counts[holder]} actives "
+                          f"while a client has {fewest}")
     return broken
 
 
