@@ -461,18 +461,29 @@ def _group_key(spec: TaskSpec) -> tuple[int, bool]:
     return (spec.id.subtopology, spec.stateful)
 
 
-def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
-    """Stateful tasks whose active cannot leave its caught-up owner without a standby chain.
+def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[TaskId], set[TaskId]]:
+    """Stateful tasks whose caught-up owner cannot keep, or cannot give up, the active without a
+    standby chain: (moving starts one, staying starts one).
 
-    The flows run actives first. When an owner must give up an active but no replica (it holds
-    no more caught-up replicas than its new ceiling), it keeps that task as a standby, and one
-    of the task's standby holders must give its standby up; if none holds a replica to spare
-    either, the chain goes on, to a standby on a client without state: one warm-up, and one
-    probing rebalance, more than the move needs (docs/assignor.md, "Scaling out at the floor").
+    The flows run actives first. When an owner must give up an active but no replica, it keeps
+    that task as a standby, and one of the task's standby holders must give its standby up; if
+    none holds a replica to spare either, the chain goes on, to a standby on a client without
+    state: one warm-up, and one probing rebalance, more than the move needs (docs/assignor.md,
+    "Scaling out at the floor"). Sparing are the clients holding more caught-up replicas than
+    their new ceiling, which must shed some; when the change leaves nobody there (a newcomer
+    that does not lower the ceiling: 220 replicas on 30 clients, then 31, ceiling 8 both
+    times), the clients above their new floor, from some of which the newcomer's replicas
+    must come.
+
+    Staying starts a chain when a task has more caught-up holders besides its owner than
+    standbys (a warm-up finished there) and fewer of them can spare a replica than must drop
+    one: with the owner keeping the active, a holder at its floor, or the newcomer whose
+    warm-up it was, loses a caught-up replica that another restore replaces; moved to such a
+    holder, the active lets the owner be the one that drops.
     """
     if per_task == 0:
-        return set()
-    ceiling = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
+        return set(), set()
+    windows = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
     held: dict[str, int] = defaultdict(int)
     owners, standbys, ranks, absent = group.prev_active_owner, group.prev_standby_holders, ranking.holders, ranking.absent
     none: frozenset[str] = frozenset()
@@ -486,17 +497,23 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> set[TaskId]:
         for client in standbys.get(task, none):
             if task_ranks.get(client, rank_absent) == 0:
                 held[client] += 1
-    sparing = {c for c in group.clients if held[c] > ceiling[c].ceiling}
-    if not sparing:  # a settled group: every client holds more caught-up replicas than its ceiling
-        return set(owned)
-    prone = set()
+    sparing = ({c for c in group.clients if held[c] > windows[c].ceiling}
+               or {c for c in group.clients if held[c] > windows[c].floor})
+    if not sparing:  # every client at or below its new floor: no move is free of a chain
+        return set(owned), set()
+    prone, staying = set(), set()
     for task in owned:
+        task_ranks, rank_absent = ranks[task], absent[task]
+        holders = standbys.get(task, none)
+        if len(holders) > per_task:
+            others = [c for c in holders if task_ranks.get(c, rank_absent) == 0]
+            if len(others) - per_task > sum(c in sparing for c in others):
+                staying.add(task)
         if owners[task] in sparing:
             continue
-        task_ranks, rank_absent = ranks[task], absent[task]
-        if not any(c in sparing and task_ranks.get(c, rank_absent) == 0 for c in standbys.get(task, none)):
+        if not any(c in sparing and task_ranks.get(c, rank_absent) == 0 for c in holders):
             prone.add(task)
-    return prone
+    return prone, staying
 
 
 def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: int = 0,
@@ -511,8 +528,8 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
     """
     if not group.clients or not group.specs:
         return {}
-    prone = chain_prone(group, ranking, per_task) if costs.lag_aware else set()
-    hub_only, ways = _active_ways(group, ranking, costs, prone)
+    prone, staying = chain_prone(group, ranking, per_task) if costs.lag_aware else (set(), set())
+    hub_only, ways = _active_ways(group, ranking, costs, prone, staying)
     few_left = _few_left(group)
     stays_mostly = few_left or _joined(group)
     if relaxed is None:
@@ -537,7 +554,7 @@ _HubOnly = dict[tuple[tuple[int, bool], int], list[TaskId]]
 
 
 def _active_ways(group: Group, ranking: Ranking, costs: CostModel,
-                 prone: Container[TaskId]) -> tuple[_HubOnly, list[_Ways]]:
+                 prone: Container[TaskId], staying: Container[TaskId]) -> tuple[_HubOnly, list[_Ways]]:
     """Every task's prices in the active flow, computed once for whichever graph is solved: the
     tasks that only the hubs reach, and the others' ways out."""
     hub_only: _HubOnly = defaultdict(list)
@@ -558,6 +575,8 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel,
             special = special_arcs(ranking, task, holders if owner is None or owner in holders
                                    else [*holders, owner], (owner,), chain)
             hub_cost += chain
+            if task in staying:  # caught up there (``chain_prone``), so among ``special``
+                special[owner] += STANDBY_CHAIN
         elif owner is None:
             hub_only[key, MOVE].append(task)
             continue

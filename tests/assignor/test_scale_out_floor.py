@@ -14,17 +14,20 @@ import math
 
 import pytest
 
-from assignor import assign
+from assignor import assign, warm_start
 from assignor.convergence import caught_up_clients, settle
 from assignor.model import AssignmentConfig, ClientState
 from bench.workloads import tasks_of
 from tests.assignor.invariants import broken_rules
 
+PRODUCTION_MIN_ARCS = warm_start.MIN_ARCS  # read at import, before the conftest's fixture lowers it
 
-def _join_one(old_clients: int, task_count: int, standbys: int, max_warmups: int):
+
+def _join_one(old_clients: int, task_count: int, standbys: int, max_warmups: int, subtopologies: int = 10,
+              stateful_share: float = 0.8):
     """(probing rebalances, warm-ups off the newcomer, newcomer's stateful replicas, actives
     moved among the old clients, stateless actives moved, newcomer's stateless actives)."""
-    specs = tasks_of(task_count, subtopologies=10, stateful_share=0.8)
+    specs = tasks_of(task_count, subtopologies=subtopologies, stateful_share=stateful_share)
     stateful = {s.id for s in specs if s.stateful}
     config = AssignmentConfig(num_standby_replicas=standbys, max_warmup_replicas=max_warmups)
     _, members = settle(specs, [ClientState(id=f"c{i:03d}") for i in range(old_clients)], config, max_rounds=100)
@@ -83,3 +86,24 @@ def test_the_floor_sweeps_missed_shape():
     probing, elsewhere, replicas, shuffled, _, _ = _join_one(19, 50, 2, 3)
     assert (elsewhere, shuffled) == (0, 0)
     assert probing == math.ceil(replicas / 3) == 2
+
+
+@pytest.mark.parametrize(("task_count", "max_warmups", "subtopologies", "stateful_share"), [
+    (120, 1, 25, 0.9),  # 9 rounds for 7 before the seventeenth session
+    (300, 1, 25, 0.9),  # 18 for 17
+    (120, 4, 5, 0.6),   # a finished warm-up on an active the newcomer must take: 2 for 1 with sparing alone
+])
+def test_a_newcomer_that_leaves_the_replica_ceiling_where_it_was(task_count, max_warmups, subtopologies,
+                                                                 stateful_share, monkeypatch):
+    """30 settled instances joined by one, 1 standby (``--floor-sweep-wide`` shapes): the
+    replica ceiling is the same with 31 clients, so nobody is above it, and the clients above
+    their new floor are the ones with a replica to spare (``assignor.target.chain_prone``).
+    Solved as in production, without the warm start below ``MIN_ARCS`` that this directory's
+    conftest forces: the targets of equal cost that the two ways reach can differ, and with
+    300 tasks the forced one costs a warm-up on an old client (docs/assignor.md, "Scaling out
+    at the floor": the rules price each task on its own, so ties still matter)."""
+    monkeypatch.setattr(warm_start, "MIN_ARCS", PRODUCTION_MIN_ARCS)
+    probing, elsewhere, replicas, shuffled, _, _ = _join_one(30, task_count, 1, max_warmups, subtopologies,
+                                                             stateful_share)
+    assert (elsewhere, shuffled) == (0, 0)
+    assert probing == math.ceil(replicas / max_warmups)

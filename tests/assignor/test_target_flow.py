@@ -124,6 +124,7 @@ class _Instance:
             self.previous[task].add(client)
         self.stateful = sorted(t for t, s in self.specs.items() if s.stateful)
         self.prone: set[TaskId] = set()
+        self.staying: set[TaskId] = set()
 
     def _tier(self, task: TaskId, rank: int) -> int:
         """A rank's tier cost, none at a best rank that beats no state (KIP-441 property 1:
@@ -146,6 +147,9 @@ class _Instance:
             return 0 if self.owner.get(task) == client else MOVE
         owner = self.owner.get(task)
         own = self._price(task, client, sticky=owner == client)
+        if client == owner and task in self.staying:  # its own arc costs STANDBY_CHAIN more
+            own = min(self._tier(task, self.ranking.holders[task].get(client, self.ranking.absent[task]))
+                      + STANDBY_CHAIN, self.hub_price(task))
         if task not in self.prone:
             return own
         # every way out of a chain-prone task but its owner costs STANDBY_CHAIN more; the
@@ -154,22 +158,30 @@ class _Instance:
         return min(own, hub) if client == owner else own + STANDBY_CHAIN
 
     def mark_chain_prone(self, per_task: int) -> None:
-        """Tasks whose caught-up owner, and every caught-up standby holder, hold no more
-        caught-up replicas than their new replica ceiling (assignor.target.chain_prone)."""
-        self.prone = set()
+        """assignor.target.chain_prone, from its definition: sparing are the clients holding more
+        caught-up replicas than their new replica ceiling, or, when none does, than their new
+        floor. A task with a caught-up owner is prone when neither its owner nor any caught-up
+        standby holder is sparing (every such task, when no client is sparing), and staying
+        when its caught-up standby holders exceed ``per_task`` by more than the sparing ones
+        among them."""
+        self.prone, self.staying = set(), set()
         if per_task == 0 or not self.lag_aware:
             return
-        ceiling = quotas(len(self.stateful) * (1 + per_task), self.threads, limit=len(self.stateful))
+        window = quotas(len(self.stateful) * (1 + per_task), self.threads, limit=len(self.stateful))
         held = defaultdict(int)
         for task in self.stateful:
             for client in self.previous[task]:
                 held[client] += self.ranking.caught_up(task, client)
-        spare = {c: held[c] - ceiling[c].ceiling for c in self.clients}
+        sparing = {c for c in self.clients if held[c] > window[c].ceiling} or {
+            c for c in self.clients if held[c] > window[c].floor}
         for task in self.stateful:
             owner = self.owner.get(task)
-            if owner is None or not self.ranking.caught_up(task, owner) or spare[owner] > 0:
+            if owner is None or not self.ranking.caught_up(task, owner):
                 continue
-            if all(spare[c] <= 0 for c in self.previous[task] - {owner} if self.ranking.caught_up(task, c)):
+            others = {c for c in self.previous[task] - {owner} if self.ranking.caught_up(task, c)}
+            if sparing and len(others) - per_task > len(others & sparing):
+                self.staying.add(task)
+            if owner not in sparing and not others & sparing:
                 self.prone.add(task)
 
     def standby_price(self, task: TaskId, client: str) -> int:
