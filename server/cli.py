@@ -337,7 +337,9 @@ def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | 
         try:
             response = asyncio.run(_query(args.server, method, build(args), tls))
         except grpc.aio.AioRpcError as error:
-            print(f"remote-leader: {args.server}: {error.code().name}: {error.details()}", file=sys.stderr)
+            hint = tls.tls_hint(error)
+            print(f"remote-leader: {args.server}: {error.code().name}: {error.details()}"
+                  + (f" ({hint})" if hint else ""), file=sys.stderr)
             return 1
         try:
             if empty is not None and empty[0](response):

@@ -87,6 +87,7 @@ async def test_worker_library_and_cli_over_mtls(secure_leader, pki):
         assert len(json.loads(described.stdout)["group"]["members"]) == 1
         plaintext = await asyncio.to_thread(_cli, "groups", "--server", address)
         assert plaintext.returncode == 1 and "UNAVAILABLE" in plaintext.stderr
+        assert "if it requires TLS, pass --tls-ca" in plaintext.stderr  # the operator is told why
     finally:
         await member.close()
 
