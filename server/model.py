@@ -58,13 +58,17 @@ class LagReport:
     end_offsets: Mapping[TaskId, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def lags(self, end_offsets: Mapping[TaskId, int]) -> dict[TaskId, Lag]:
-        """Task lags, with offset sums turned into lags against the group's end offsets."""
+        """Task lags, with offset sums turned into lags against the group's end offsets. An offset
+        sum beyond the changelog's end (a changelog deleted and recreated, state from another
+        run) is state that must be rebuilt: the whole changelog behind, as Kafka's ClientState
+        counts it, so that a client whose state can be reused is preferred."""
         lags: dict[TaskId, Lag] = {}
         for task, offset_sum in self.offset_sums.items():
             if offset_sum == RUNNING_OFFSET_SUM:
                 lags[task] = RUNNING
             elif task in end_offsets:
-                lags[task] = Lag.behind(max(0, end_offsets[task] - offset_sum))
+                end = end_offsets[task]
+                lags[task] = Lag.behind(end - offset_sum if offset_sum <= end else end)
             else:
                 lags[task] = UNKNOWN
         lags.update(self.task_lags)
