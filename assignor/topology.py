@@ -158,20 +158,20 @@ class Topology:
         )
 
     def task_specs(self, end_offsets: Mapping[TaskId, int]) -> tuple[TaskSpec, ...]:
-        """The assignor's tasks. A stateful subtopology without logged stores has
-        ``changelog_offsets = 0`` (KIP-441 revision, "State with logging disabled"); a logged one
-        uses the largest changelog end offset any member reported, else unbounded."""
+        """The assignor's tasks. A task is stateful for the assignor when it has a logged store:
+        a standby replicates a store by reading its changelog, so a task whose stores all have
+        logging disabled has nothing a standby could hold (one would answer interactive
+        queries, KIP-535, from an empty store), and every client is equally caught up on it
+        (KIP-441 revision, "State with logging disabled"): it is placed as a stateless task,
+        as Kafka Streams does (its ``ChangelogTopics.statefulTaskIds``). A stateful task's
+        changelog size is the largest end offset any member reported, else unbounded."""
         specs = []
         for sub in self.subtopologies:
+            stateful = sub.logged
             for p in range(sub.partition_count):
                 task = TaskId(sub.id, p)
-                if not sub.stateful:
-                    offsets = None
-                elif not sub.logged:
-                    offsets = 0
-                else:
-                    offsets = end_offsets.get(task)
-                specs.append(TaskSpec(task, sub.stateful, offsets, self.task_partitions(task)))
+                specs.append(TaskSpec(task, stateful, end_offsets.get(task) if stateful else None,
+                                      self.task_partitions(task)))
         return tuple(specs)
 
     # ---- the group's agreement on one topology (the leader's rules) ----------------------------

@@ -649,10 +649,6 @@ async def test_stateless_tasks_get_no_standbys_and_move_to_a_newcomer_at_once(le
         assert not w.assignment.HasField("next_rebalance_ms")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: a task whose stores all have logging disabled gets standby replicas (and KIP-535 "
-    "RouteQuery then offers such a standby, whose store holds nothing, when the active is gone); "
-    "Kafka treats tasks without changelogs as stateless: no standbys"))
 async def test_tasks_whose_stores_are_all_unlogged_get_no_standbys(leader):
     """StreamsPartitionAssignorTest.testAssignWithStandbyReplicasAndLoggingDisabled.
 
