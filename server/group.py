@@ -444,7 +444,7 @@ class Group:
         if old.process_id != member.process_id:
             self._rekey_process(old.process_id, member.process_id)
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and topology_trigger is None \
-                and not superseded:
+                and not superseded and not self._generation_outdated_by(old, member):
             member.synced = False
             self.unsynced.add(member.member_id)
             self._rebuild_cluster()
@@ -453,6 +453,15 @@ class Group:
             outcome.response = JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version)
             return outcome
         return self._park(member, call_id, topology_trigger or Trigger.MEMBER_REJOINED, now_ms, outcome)
+
+    def _generation_outdated_by(self, old: Member, new: Member) -> bool:
+        """Whether a static replacement changes what every member of this generation was told:
+        the group's commonly supported version (a restart onto an older build cannot read this
+        generation's encoding; the last member of a rolling upgrade lets it rise) or the
+        replacement's endpoint (everyone's KIP-535 host maps name the old one; Kafka Streams
+        rebalances on a host info change too)."""
+        common = min(m.latest_supported_version for m in self.members.values())
+        return common != self.protocol_version or new.endpoint != old.endpoint
 
     def _supersede_process(self, process_id: str, claimant: str | None) -> list:
         """A process id names one live member (the assignor's client): a join that claims the

@@ -352,10 +352,6 @@ async def _until_stable(leader, workers: list[Worker]) -> None:
     raise AssertionError("the group did not settle")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: a static member that restarts onto an older build (latest_supported_version 1) in a "
-    "version-2 group is answered at once with a version-2 assignment (commonly_supported_version 2, "
-    "standby_partitions_by_host); the group never drops to the lowest latest_supported_version"))
 async def test_a_static_restart_onto_an_older_build_gets_nothing_above_the_version_it_supports(leader):
     """StreamsPartitionAssignorTest.shouldReturnLowestAssignmentVersionForDifferentSubscriptionVersionsV1V2
     and shouldDownGradeSubscriptionToVersion1, for a static member (KIP-345) rolled back onto a
@@ -381,10 +377,6 @@ async def test_a_static_restart_onto_an_older_build_gets_nothing_above_the_versi
         assert w.assignment.commonly_supported_version == 1 and w.assignment.version == 1, (w.port, w.assignment)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: after every static member was bounced onto a version-2 build, the group stays at "
-    "version 1 for good (DescribeGroup and every assignment say commonly_supported_version 1, each "
-    "member got VERSION_PROBING) and nothing ever starts the rebalance that would raise it"))
 async def test_a_rolling_upgrade_of_static_members_raises_the_commonly_supported_version(leader):
     """AssignmentInfoTest.shouldEncodeAndDecodeSmallerCommonlySupportedVersion and
     StreamsPartitionAssignorTest.shouldReturnInterleavedAssignmentForOnlyFutureInstancesDuring
@@ -546,16 +538,14 @@ async def test_a_member_rejoining_on_a_new_endpoint_rebalances_and_everyone_lear
     assert {m.process_id: m.endpoint.port for m in (await _describe(leader)).members}[moved.process_id] == 7011
 
 
-async def test_a_static_member_restarting_on_a_new_endpoint_keeps_its_place_and_routes_to_it(leader):
+async def test_a_static_member_restarting_on_a_new_endpoint_keeps_its_place_and_everyone_learns_it(leader):
     """StreamsPartitionAssignorTest.shouldTriggerImmediateRebalanceOnHostInfoChange, for a static
     member (KIP-345) that restarts on a new port within its session timeout.
 
-    docs/protocol.md: the restart "takes its predecessor's place ... with no rebalance when the
-    group is Stable". So: same generation, the others' heartbeats stay NONE, the zombie is
-    fenced; the restarted member's maps name its new endpoint, RouteQuery sends its store
-    partitions there, and a member that syncs again in this generation sees it too. (Kafka's
-    member instead asks for an immediate rebalance, so that every member's metadata names the
-    new endpoint; here the others learn it from their next assignment.)"""
+    docs/protocol.md: a static replacement whose endpoint differs from its predecessor's
+    rebalances, since every member's KIP-535 host maps name the old one. So: the zombie is
+    fenced, the others are asked to rejoin, the restarted member keeps its tasks (it reports
+    them), and in the next generation every member's maps and RouteQuery name the new port."""
     config = _config(1)
     a = leader.worker(process_id=_pid(1), port=7001, config=config, instance_id="worker-a")
     b = leader.worker(process_id=_pid(2), port=7002, config=config, instance_id="worker-b")
@@ -563,19 +553,43 @@ async def test_a_static_member_restarting_on_a_new_endpoint_keeps_its_place_and_
     generation = a.generation
     restarted = leader.worker(process_id=a.process_id, port=7011, config=config, instance_id="worker-a")
     restarted.task_lags = {**{t: 0 for t in a.standby()}, **{t: LATEST for t in a.active()}}
+    join = asyncio.create_task(restarted.join())
+    await settle()
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+    b.task_lags = {**{t: 0 for t in b.standby()}, **{t: LATEST for t in b.active()}}
+    b_active = sorted(b.active())
+    b_join = asyncio.create_task(b.join())
+    responses = await asyncio.wait_for(asyncio.gather(join, b_join), 30)
+    assert [r.error_code for r in responses] == [epb.ERROR_CODE_NONE] * 2
+    assert responses[0].generation_id == generation + 1
+    for worker in (restarted, b):
+        assert (await worker.sync()).error_code == epb.ERROR_CODE_NONE
+    assert sorted(restarted.active()) == sorted(a.active()) and sorted(b.active()) == b_active  # nothing moved
+    for worker in (restarted, b):
+        for hosts in (worker.assignment.partitions_by_host, worker.assignment.standby_partitions_by_host):
+            assert {h.process_id: h.host.port for h in hosts} == {a.process_id: 7011, b.process_id: 7002}
+    partition = int(restarted.active()[0].split("_")[1])
+    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=partition))
+    assert [(h.host.port, h.role) for h in route.hosts] == [(7011, apb.ROLE_ACTIVE)]
+
+
+async def test_a_static_member_restarting_on_the_same_endpoint_needs_no_rebalance(leader):
+    """KIP-345 as docs/protocol.md keeps it: same endpoint, same versions, a Stable group: the
+    replacement takes its predecessor's place in the same generation, the others are not
+    disturbed, the zombie is fenced."""
+    config = _config(1)
+    a = leader.worker(process_id=_pid(1), port=7001, config=config, instance_id="worker-a")
+    b = leader.worker(process_id=_pid(2), port=7002, config=config, instance_id="worker-b")
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    restarted = leader.worker(process_id=a.process_id, port=7001, config=config, instance_id="worker-a")
+    restarted.task_lags = {**{t: 0 for t in a.standby()}, **{t: LATEST for t in a.active()}}
     response = await restarted.join()
-    assert response.error_code == epb.ERROR_CODE_NONE and response.generation_id == generation
+    assert response.error_code == epb.ERROR_CODE_NONE and response.generation_id == a.generation
     assert (await restarted.sync()).error_code == epb.ERROR_CODE_NONE
     assert sorted(restarted.active()) == sorted(a.active())
     assert (await b.heartbeat()).error_code == epb.ERROR_CODE_NONE
     assert (await a.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
-    for hosts in (restarted.assignment.partitions_by_host, restarted.assignment.standby_partitions_by_host):
-        assert {h.process_id: h.host.port for h in hosts} == {a.process_id: 7011, b.process_id: 7002}
-    partition = int(restarted.active()[0].split("_")[1])
-    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=partition))
-    assert [(h.host.port, h.role) for h in route.hosts] == [(7011, apb.ROLE_ACTIVE)]
-    assert (await b.sync()).error_code == epb.ERROR_CODE_NONE
-    assert {h.process_id: h.host.port for h in b.assignment.partitions_by_host}[a.process_id] == 7011
 
 
 # ---- what the assignment carries ---------------------------------------------------------------------

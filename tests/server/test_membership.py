@@ -83,8 +83,9 @@ async def test_static_member_restart_takes_its_old_place_without_rebalance(leade
     b = leader.worker(instance_id="worker-b", port=7002)
     await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
     generation, tasks = a.generation, sorted(a.active())
-    # worker-a restarts within its session timeout: same instance id, no member id.
-    restarted = leader.worker(instance_id="worker-a", port=7011, process_id=a.process_id)
+    # worker-a restarts within its session timeout: same instance id and endpoint, no member id
+    # (a new endpoint rebalances: tests/server/test_kafka_protocol_situations.py).
+    restarted = leader.worker(instance_id="worker-a", port=7001, process_id=a.process_id)
     response = await restarted.join()
     assert response.error_code == epb.ERROR_CODE_NONE
     assert response.generation_id == generation and response.member_id != a.member_id
@@ -96,9 +97,8 @@ async def test_static_member_restart_takes_its_old_place_without_rebalance(leade
     group = await _describe(leader)
     assert group.generation_id == generation
     assert sorted(m.member_id for m in group.members) == sorted([restarted.member_id, b.member_id])
-    # The new endpoint is what the others learn on their next assignment.
     hosts = {h.process_id: h.host.port for h in restarted.assignment.partitions_by_host}
-    assert hosts[a.process_id] == 7011
+    assert hosts == {a.process_id: 7001, b.process_id: 7002}
 
 
 async def test_static_member_with_a_new_process_id_keeps_its_tasks(leader):
