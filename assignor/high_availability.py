@@ -107,14 +107,15 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     _grant_warmups(placement, requests, config.max_warmup_replicas)
     if placement.probing and _balanced_once_caught_up(group, placement, config):
         _stop_moving(group, placement)
-    if placement.probing:
-        _pack_stateless_orphans(group, placement, actives)
+    if placement.probing and _pack_stateless_orphans(group, placement, actives) \
+            and _balanced_once_caught_up(group, placement, config):
+        _stop_moving(group, placement)  # the packing balanced it: the next round would keep it
     for task in group.stateless:
         _explain_active(placement, group, task, placement.active[task], ranking=None)
     return _result(group, placement, config, report)
 
 
-def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mapping[TaskId, str]) -> None:
+def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mapping[TaskId, str]) -> bool:
     """KIP-441 "Stateless tasks": the assignor "packs the stateless tasks into the cluster to
     achieve the best balance it can with respect to the assignments of stateful tasks". The
     target's stateless actives balance the target's stateful ones; while stateful actives wait
@@ -123,11 +124,12 @@ def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mappin
     previous owner, which moves wherever it goes, goes to the client whose load (active tasks
     per thread) stays least with it, its target client among equals: one at a time, the best
     balance the other tasks allow. A stateless task with a live owner keeps following the
-    target, sticky: moving it now would move it back later (docs/assignor.md, "Stateless
-    tasks")."""
+    target, sticky: moving it now would move it back later (docs/assignor.md, "Three steps").
+    Whether any of them left its target client: the placement may then be balanced as it is,
+    and the moves still waiting would be wasted."""
     orphans = [task for task in group.stateless if task not in group.prev_active_owner]
     if not orphans or all(placement.active[task] == actives[task] for task in group.stateful):
-        return
+        return False
     threads = group.threads
     scale = math.lcm(*set(threads.values()))
     per_thread = {client: scale // threads[client] for client in group.clients}
@@ -150,6 +152,7 @@ def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mappin
         counts[chosen] += 1
         if chosen == client:
             heapq.heapreplace(heap, ((counts[client] + 1) * per_thread[client], order[client], client))
+    return any(placement.active[task] != actives[task] for task in orphans)
 
 
 def _balanced_once_caught_up(group: Group, placement: _Placement, config: AssignmentConfig) -> bool:
