@@ -28,7 +28,7 @@ from assignor.model import AssignmentConfig, AssignorKind, RackAwareReport, Rack
 from assignor.rack_flow import PlacementProblem, index_of, solve_compressed, subtopology_caps
 from assignor.rack_standby import spread_and_swap_standbys
 from assignor.ranking import Ranking
-from assignor.target import Group
+from assignor.target import Group, standby_windows
 
 # KIP-925 4.B.III and "Summary": traffic over stickiness with the high-availability assignor,
 # stickiness over traffic with the sticky one; stateless tasks have no state to keep warm.
@@ -234,4 +234,7 @@ def optimize_standbys(
     # Non-overlap (KIP-925 "Summary"): against the previous standbys with the sticky assignor,
     # against the standby target (the standbys given) with the high-availability one.
     anchors = group.prev_standby_holders if config.assignor == AssignorKind.STICKY else None
-    return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic, ranking)
+    # Spread moves keep each client within the standby target's windows (balance over stateful
+    # replicas), so moving a standby to a free client of another location unbalances nothing.
+    windows = standby_windows(group, actives, group.standby_count(config.num_standby_replicas))
+    return spread_and_swap_standbys(group, actives, standbys, location, anchors, traffic, ranking, windows)

@@ -1,25 +1,29 @@
-"""Standbys across racks and client tags (KIP-925 C, KIP-708), by count-preserving swaps.
+"""Standbys across racks and client tags (KIP-925 C, KIP-708), by swaps and balanced moves.
 
-``assignor.rack_aware`` calls this on the balanced standby target. Every move here swaps two
-standbys between two clients, so each client keeps its standby count and balance is what the
-target made it; a swap is taken only if both tasks keep distinct clients, neither lands on its
-own active's client, and it strictly improves, in this order (KIP-925 C's list):
+``assignor.rack_aware`` calls this on the balanced standby target. A swap trades two standbys
+between two clients, so each keeps its standby count; a *move* takes one standby to another
+client, only where both stay within their windows of stateful replicas (the standby target's
+own, ``windows``), so the result is as balanced as the target. A change is
+taken only if every task keeps distinct clients, none lands on its own active's client, and it
+strictly improves, in this order (KIP-925 C's list):
 
 1. *spread* (KIP-925 C items 2-3, KIP-708): per location key (each configured tag, or the
    rack), a standby sharing the active's value costs ``replicas`` points and each further
    repeated value one point. A key with fewer values than replicas can never reach 0: it is
-   relaxed by this very measure, not an error. Swaps lowering the two tasks' sum are taken.
+   relaxed by this very measure, not an error. Swaps lowering the two tasks' sum are taken,
+   else a move lowering the task's own (a free client of another location: counts alone would
+   keep the standby beside its active, KIP-708's first rule).
 2. *traffic* (KIP-925 C.I, "Balance reliability over cost"): swaps between two racks that
    lower traffic + non-overlap cost and leave neither task's spread worse.
 
-With the high-availability assignor a swap may also never raise the number of the two tasks'
+With the high-availability assignor a change may also never raise the number of the tasks'
 standbys that sit on clients not caught up on them: rack awareness reshapes the target, but
 never makes more of it wait for restoration than the lag-aware flow chose (the monotone
 quantity behind convergence, docs/assignor.md). Both passes repeat until nothing changes, so
 feeding the output back changes nothing. The
 partner search is greedy, as the KIP proposes: not a global optimum. Clear bounds on partner
 checks (``SEARCH_BUDGET``) and on the work of spread searches (``SPREAD_BUDGET``, per
-standby) keep adversarial groups fast: past them, the standbys stay as the last swap left them.
+standby) keep adversarial groups fast: past them, the standbys stay as the last change left them.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ class _Standbys:
     """The private, mutable builder: standby holders by task and tasks by client, as indices."""
 
     def __init__(self, group: Group, actives: Mapping[TaskId, str], standbys: Mapping[TaskId, tuple[str, ...]],
-                 location: Mapping[str, tuple[str, ...]], ranking: Ranking | None = None) -> None:
+                 location: Mapping[str, tuple[str, ...]], ranking: Ranking | None = None,
+                 windows: Mapping[str, tuple[int, int]] | None = None) -> None:
         self.clients = group.clients
         client_index = index_of(self.clients)
         self.tasks = tuple(t for t in group.stateful if standbys.get(t))
@@ -122,6 +127,15 @@ class _Standbys:
                         self.restoring[client].add(task)
                         self.restoring_at[self.loc[client]].add(client)
         self.position_in_class = {c: index for members in self.members.values() for index, c in enumerate(members)}
+        # Standby windows (floor, ceiling) per client, for moves; without them, none: each
+        # client's window is the count it holds. ``room_at``: per location, the clients below
+        # their ceiling, where a move may land.
+        held = [len(tasks) for tasks in self.on_client]
+        self.floor = held if windows is None else [windows[c][0] for c in self.clients]
+        self.ceiling = held if windows is None else [windows[c][1] for c in self.clients]
+        self.room_at: dict[tuple[int, ...], set[int]] = {cls: set() for cls in self.classes}
+        for client in range(len(self.clients)):
+            self._file_room(client)
         self.losses: _Losses | None = None  # built once partner searches have cost LOSS_INDEX_AFTER checks
         # Searches that found no partner, and what they read: each location's version moves when
         # a swap touches a client there or a task with a standby there; a task's when it swaps.
@@ -197,32 +211,54 @@ class _Standbys:
     def may_take(self, task: int, client: int) -> bool:
         return client != self.active[task] and client not in self.holders[task]
 
+    def may_move(self, task: int, client: int, there: int) -> bool:
+        """May ``task``'s standby leave ``client`` for ``there`` on its own? Both stay within
+        their windows, ``there`` may take it, and it restores there only if it did here."""
+        return (len(self.on_client[client]) > self.floor[client] and there in self.room_at[self.loc[there]]
+                and self.may_take(task, there)
+                and (self.ready is None or not self.ready_for(task, client) or self.ready_for(task, there)))
+
+    def _file_room(self, client: int) -> None:
+        if len(self.on_client[client]) < self.ceiling[client]:
+            self.room_at[self.loc[client]].add(client)
+        else:
+            self.room_at[self.loc[client]].discard(client)
+
     def swap(self, task: int, client: int, other: int, other_client: int) -> None:
         """``task`` moves from ``client`` to ``other_client``, ``other`` the opposite way."""
-        for who, leave, arrive in ((task, client, other_client), (other, other_client, client)):
-            if self.losses is not None:
-                self.losses.remove(who)
-            holders = self.holders[who]
-            self.task_version[who] += 1
-            self.moves_of[who] = None
-            for holder in (*holders, arrive):
-                self.class_version[self.loc[holder]] += 1
-                if self.zone_of is not None:
-                    self.zone_version[self.zone_of[holder]] += 1
-            holders[holders.index(leave)] = arrive
-            holders.sort()
-            self.on_client[leave].discard(who)
-            self.on_client[arrive].add(who)
-            self.restoring[leave].discard(who)
-            if not self.restoring[leave]:
-                self.restoring_at[self.loc[leave]].discard(leave)
-            if self.ready is not None and not self.ready_for(who, arrive):
-                self.restoring[arrive].add(who)
-                self.restoring_at[self.loc[arrive]].add(arrive)
-            self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
-            self.swapped.add(who)
-            if self.losses is not None:
-                self.losses.add(who)
+        self._relocate(task, client, other_client)
+        self._relocate(other, other_client, client)
+
+    def move(self, task: int, client: int, there: int) -> None:
+        """``task`` moves from ``client`` to ``there`` alone (``may_move``)."""
+        self._relocate(task, client, there)
+        self._file_room(client)
+        self._file_room(there)
+
+    def _relocate(self, who: int, leave: int, arrive: int) -> None:
+        if self.losses is not None:
+            self.losses.remove(who)
+        holders = self.holders[who]
+        self.task_version[who] += 1
+        self.moves_of[who] = None
+        for holder in (*holders, arrive):
+            self.class_version[self.loc[holder]] += 1
+            if self.zone_of is not None:
+                self.zone_version[self.zone_of[holder]] += 1
+        holders[holders.index(leave)] = arrive
+        holders.sort()
+        self.on_client[leave].discard(who)
+        self.on_client[arrive].add(who)
+        self.restoring[leave].discard(who)
+        if not self.restoring[leave]:
+            self.restoring_at[self.loc[leave]].discard(leave)
+        if self.ready is not None and not self.ready_for(who, arrive):
+            self.restoring[arrive].add(who)
+            self.restoring_at[self.loc[arrive]].add(arrive)
+        self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
+        self.swapped.add(who)
+        if self.losses is not None:
+            self.losses.add(who)
 
     def result(self, standbys: Mapping[TaskId, tuple[str, ...]]) -> dict[TaskId, tuple[str, ...]]:
         """The input with the swapped tasks' standbys replaced (in client order)."""
@@ -240,11 +276,14 @@ def spread_and_swap_standbys(
     anchors: Mapping[TaskId, Collection[str]] | None,
     traffic: tuple[np.ndarray, list[str], tuple[int, int]] | None,
     ranking: Ranking | None = None,
+    windows: Mapping[str, tuple[int, int]] | None = None,
 ) -> dict[TaskId, tuple[str, ...]]:
     """Spread standbys (by ``location``), then, given ``traffic``, swap them for less of it;
     given ``ranking``, never so that more of them must restore (module docstring). The
-    non-overlap cost counts standbys off ``anchors`` (None: off the ``standbys`` given)."""
-    state = _Standbys(group, actives, standbys, location, ranking)
+    non-overlap cost counts standbys off ``anchors`` (None: off the ``standbys`` given).
+    ``windows``: per client, the (floor, ceiling) of standbys a spread move keeps it within
+    (None: swaps only, every client keeps its count)."""
+    state = _Standbys(group, actives, standbys, location, ranking, windows)
     if not state.tasks:
         return dict(standbys)
     pricing = None
@@ -299,7 +338,38 @@ def _improve_spread(state: _Standbys, task: int) -> bool:
             if partner is not None:
                 state.swap(task, client, partner[1], partner[0])
                 return True
+            there = _find_room(state, task, client, cls)
+            if there is not None:
+                state.move(task, client, there)
+                return True
     return False
+
+
+def _find_room(state: _Standbys, task: int, client: int, cls: tuple[int, ...]) -> int | None:
+    """A client at ``cls`` that ``task``'s standby on ``client`` may move to (``may_move``), when
+    no swap serves: caught up on the task first, then the one with most room, then client order.
+
+    Where ``client`` is caught up on the task, only clients caught up on it qualify, so those
+    alone are looked at (the few that are, unless the whole changelog is within the lag).
+    """
+    room = state.room_at[cls]
+    if not room or len(state.on_client[client]) <= state.floor[client]:
+        return None
+    search = (task, client, cls, None)
+    seen = (state.class_version[cls], state.class_version[state.loc[client]], state.task_version[task])
+    if REMEMBER_FAILED and state.failed.get(search) == seen:
+        return None
+    candidates: Collection[int] = room
+    if state.ready is not None and task not in state.everywhere_but and client in state.ready[task]:
+        candidates = [c for c in state.ready[task] if c in room]
+    state.spread_budget -= 1 + len(candidates)
+    on_client, ceiling = state.on_client, state.ceiling
+    best = min(((state.ready is None or not state.ready_for(task, c), len(on_client[c]) - ceiling[c], c)
+                for c in candidates if state.may_move(task, client, c)), default=None)
+    if best is None:
+        state.failed[search] = seen
+        return None
+    return best[2]
 
 
 def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...], gain: int) -> tuple[int, int] | None:

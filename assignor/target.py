@@ -1440,7 +1440,7 @@ def standby_ways(group: Group, ranking: Ranking, costs: CostModel, actives: Mapp
     return hub_only, ways
 
 
-def _standby_windows(group: Group, actives: Mapping[TaskId, str], per_task: int) -> dict[str, tuple[int, int]]:
+def standby_windows(group: Group, actives: Mapping[TaskId, str], per_task: int) -> dict[str, tuple[int, int]]:
     """Per client, the (floor, ceiling) of the standbys it may take: balance over stateful
     replicas, actives plus standbys (scenario.md "Stateful balance"), less its stateful actives."""
     stateful_actives: dict[str, int] = Counter(map(actives.__getitem__, group.stateful))
@@ -1469,7 +1469,7 @@ class _StandbyFlow:
         clients = group.clients
         replica_node = dict(zip(clients, graph.nodes(len(clients)), strict=True))
         self.sink = sink = graph.node()
-        windows = _standby_windows(group, actives, per_task)
+        windows = standby_windows(group, actives, per_task)
         standby_share = quotas(len(group.stateful) * per_task, group.threads, limit=len(group.stateful))
         # the standbys each client should take at least
         self.floors: dict[str, int] = {client: floor for client, (floor, _) in windows.items()}
@@ -1995,7 +1995,7 @@ def _hub_standbys_fit(group: Group, actives: Mapping[TaskId, str], per_task: int
     if not short.any():
         return True
     rows_array, columns_array = np.array(rows, dtype=np.int64), np.array(columns, dtype=np.int64)
-    windows = _standby_windows(group, actives, per_task)
+    windows = standby_windows(group, actives, per_task)
     floors = np.array([windows[client][0] for client in clients], dtype=np.int64)
     demand = np.maximum(floors - np.bincount(columns_array, minlength=len(clients)), 0)
     wanting = np.flatnonzero(demand)

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import assign, rack_standby
+from assignor.balance import quotas
 from assignor.convergence import settle
 from assignor.lag import Lag
 from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
@@ -129,6 +130,64 @@ def test_tags_spread_standbys_and_a_key_with_too_few_values_is_relaxed():
     for task, holders in out.items():
         assert len({zone[actives[task]], *(zone[h] for h in holders)}) == 3, (task, holders)
     assert Counter(h for hs in out.values() for h in hs) == Counter(h for hs in standbys.values() for h in hs)
+
+
+def _zoned(client_id: str, zone: str, rack: str | None = None, **lags) -> ClientState:
+    return ClientState(client_id, rack=rack, tags=MappingProxyType({"zone": zone}),
+                       lags=MappingProxyType({TaskId.parse(t): Lag.behind(n) for t, n in lags.items()}))
+
+
+def _moving_case(zones, actives, standbys, by, standby_replicas=1, lags=None):
+    """Clients named by ``zones`` (client -> zone), located by tag ``zone`` or, with ``by`` =
+    "rack", by a rack of that name under min_traffic (every partition in every rack: no traffic
+    term). Task ids as strings; ``lags``: client -> {task: lag} (then with readiness)."""
+    racks = by == "rack"
+    clients = [_zoned(c, z, rack=z if racks else None, **(lags or {}).get(c, {})) for c, z in zones.items()]
+    every_rack = sorted(set(zones.values()))
+    specs = [TaskSpec(TaskId.parse(t), True, 100_000, (_tp("t", TaskId.parse(t).partition, *every_rack),))
+             for t in actives]
+    config = AssignmentConfig(num_standby_replicas=standby_replicas,
+                              **({"rack_aware_strategy": "min_traffic"} if racks
+                                 else {"rack_aware_assignment_tags": ("zone",)}))
+    ranking = rank_clients(specs, clients, config.acceptable_recovery_lag) if lags else None
+    out = optimize_standbys(Group.of(specs, clients), {TaskId.parse(t): c for t, c in actives.items()},
+                            {TaskId.parse(t): tuple(h) for t, h in standbys.items()}, config, ranking)
+    return {str(t): tuple(h) for t, h in out.items()}
+
+
+# (zones, actives, standbys given, standbys expected, standby replicas, lags)
+MOVES = [
+    # KIP-708: the repro of the Kafka situation. b and c are alike but for the zone; no swap
+    # partner exists, and c is free: the standby moves there.
+    pytest.param({"a": "z1", "b": "z1", "c": "z2"}, {"0_0": "a"}, {"0_0": "b"}, {"0_0": ("c",)}, 1, None,
+                 id="free-client-of-another-zone-takes-it"),
+    # Two standbys over three zones: the one beside the active moves to the free third zone.
+    pytest.param({"a": "z1", "b": "z1", "c": "z2", "d": "z3"}, {"0_0": "a"}, {"0_0": "bc"}, {"0_0": ("c", "d")},
+                 2, None, id="second-standby-to-a-third-zone"),
+    # The free client of z2 is the more caught up one, so a move restores no more: allowed.
+    pytest.param({"a": "z1", "b": "z1", "c": "z2"}, {"0_0": "a"}, {"0_0": "b"}, {"0_0": ("c",)}, 1,
+                 {"c": {"0_0": 0}}, id="to-a-caught-up-client"),
+    # Windows: 3 tasks, 6 replicas over 4 clients (floor 1, ceiling 2). d, the only z2 client,
+    # holds its active and 0_2's standby: at its ceiling. 0_0's standby on c stays in z1 (a swap
+    # with 0_2 would put 0_2 beside its own active, as bad as it is good).
+    pytest.param({"a": "z1", "b": "z1", "c": "z1", "d": "z2"}, {"0_0": "a", "0_1": "d", "0_2": "b"},
+                 {"0_0": "c", "0_1": "c", "0_2": "d"}, {"0_0": ("c",), "0_1": ("c",), "0_2": ("d",)}, 1, None,
+                 id="free-client-at-its-ceiling-takes-none"),
+    # The standby is caught up where it is and c has no state: moving it would make it restore.
+    pytest.param({"a": "z1", "b": "z1", "c": "z2"}, {"0_0": "a"}, {"0_0": "b"}, {"0_0": ("b",)}, 1,
+                 {"a": {"0_0": 0}, "b": {"0_0": 0}}, id="never-to-restore-more"),
+]
+
+
+@pytest.mark.parametrize("by", ["tag", "rack"])
+@pytest.mark.parametrize(("zones", "actives", "standbys", "expected", "replicas", "lags"), MOVES)
+def test_spread_moves_a_standby_to_a_free_client_within_the_windows(zones, actives, standbys, expected, replicas,
+                                                                      lags, by):
+    """KIP-708 / KIP-925 C: a standby beside its active goes to a client of another location
+    that has room in its window of stateful replicas, when no swap serves; never above that
+    window's ceiling, below the leaving client's floor, or onto a client that must restore it
+    where it was caught up."""
+    assert _moving_case(zones, actives, standbys, by, replicas, lags) == expected
 
 
 def _many_tags_case(keys: int):
@@ -317,16 +376,33 @@ def _spread(holders, active, location) -> tuple[int, int]:
     return sum(1 for x in locations if x == location[active]), len(holders) + 1 - len({location[active], *locations})
 
 
+def _windows(graph, actives, config) -> dict[str, tuple[int, int]]:
+    """Per client, the (floor, ceiling) of standbys that keep stateful replicas within their
+    thread share (scenario.md "Stateful balance"), recomputed from ``balance.quotas``."""
+    per_task = graph.standby_count(config.num_standby_replicas)
+    stateful = graph.stateful
+    shares = quotas(len(stateful) * (1 + per_task), graph.threads, limit=len(stateful))
+    running = Counter(actives[t] for t in stateful)
+    return {c: (max(0, shares[c].floor - running[c]), max(0, shares[c].floor - running[c],
+                                                            shares[c].ceiling - running[c])) for c in graph.clients}
+
+
 @SETTINGS
 @given(group=racked_groups(), config=configs(), strategy=STRATEGIES)
-def test_standby_swaps_keep_counts_and_never_worsen_spread(group, config, strategy):
+def test_standby_spread_keeps_clients_within_their_windows_and_never_worsens_spread(group, config, strategy):
+    """Swaps keep every client's standby count; moves change it only within the client's window."""
     specs, clients = group
     config = replace(config, rack_aware_strategy=strategy, num_standby_replicas=max(1, config.num_standby_replicas))
     graph, ranking, costs, target = _target(specs, clients, config)
     actives, _ = optimize_actives(graph, target, config)
     planned = standby_target(graph, ranking, costs, actives, config.num_standby_replicas)
     out = optimize_standbys(graph, actives, planned, config)
-    assert Counter(c for hs in out.values() for c in hs) == Counter(c for hs in planned.values() for c in hs)
+    before = Counter(c for hs in planned.values() for c in hs)
+    after = Counter(c for hs in out.values() for c in hs)
+    windows = _windows(graph, actives, config)
+    for client in graph.clients:
+        floor, ceiling = windows[client]
+        assert after[client] == before[client] or floor <= after[client] <= ceiling, (client, windows[client])
     rack = {c.id: c.rack for c in clients}
     same_before = same_after = 0
     for task, holders in out.items():
@@ -335,6 +411,52 @@ def test_standby_swaps_keep_counts_and_never_worsen_spread(group, config, strate
         same_before += _spread(planned[task], actives[task], rack)[0]
         same_after += _spread(holders, actives[task], rack)[0]
     assert same_after <= same_before
+
+
+def _score(holders, active, locations, weight) -> int:
+    """The spread measure of docs/rack-awareness.md, per location key: ``weight`` per standby
+    sharing the active's value, one per further repeated value."""
+    score = 0
+    for key in range(len(locations[active])):
+        seen = [locations[h][key] for h in holders]
+        value = locations[active][key]
+        score += weight * seen.count(value) + len(seen) + 1 - len({value, *seen})
+    return score
+
+
+@SETTINGS
+@given(group=racked_groups(), config=configs(), strategy=STRATEGIES, tagged=st.booleans())
+def test_no_allowed_move_would_improve_a_spread(group, config, strategy, tagged):
+    """After the passes, no single move of a standby to a client with room in its window, off
+    a client above its floor, to a client that may take it and restores it only if it did
+    before, lowers its task's spread (what the spread pass looks for, found exhaustively)."""
+    specs, clients = group
+    config = replace(config, rack_aware_strategy=strategy, num_standby_replicas=max(1, config.num_standby_replicas))
+    if tagged:
+        clients = [replace(c, tags=MappingProxyType({"zone": c.rack, "host": f"h{i % 3}"}))
+                   for i, c in enumerate(clients)]
+        config = replace(config, rack_aware_assignment_tags=("zone", "host"))
+    graph, ranking, costs, target = _target(specs, clients, config)
+    actives, _ = optimize_actives(graph, target, config, ranking)
+    out = optimize_standbys(graph, actives, standby_target(graph, ranking, costs, actives,
+                                                            config.num_standby_replicas), config, ranking)
+    locations = {c.id: (c.tags["zone"], c.tags["host"]) if tagged else (c.rack,) for c in clients}
+    windows = _windows(graph, actives, config)
+    held = Counter(c for hs in out.values() for c in hs)
+    weight = max((len(hs) for hs in out.values()), default=0) + 1
+    for task, holders in out.items():
+        if not holders:
+            continue
+        current = _score(holders, actives[task], locations, weight)
+        for leaving in holders:
+            if held[leaving] <= windows[leaving][0]:
+                continue
+            for there in graph.clients:
+                if (there == actives[task] or there in holders or held[there] >= windows[there][1]
+                        or ranking.caught_up(task, leaving) and not ranking.caught_up(task, there)):
+                    continue
+                moved = [there if h == leaving else h for h in holders]
+                assert _score(moved, actives[task], locations, weight) >= current, (task, leaving, there)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
