@@ -46,7 +46,11 @@ SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
 # many keys, each location a handful of clients), every pass tried every location for every
 # such standby again, unbounded (1,000 clients x 20,000 tasks, 1 standby, tag keys of 3 values
 # each: 4 keys 15 s, 5 keys 49 s, 20 keys 426 s; within this budget 5, 3.4 and 2.7 s). The
-# bench's round-robin rack rows spend up to 20 per standby, two tag keys of 3 values 200.
+# bench's round-robin rack rows spend up to 20 per standby, two tag keys of 3 values 200. The
+# spread tables of new combinations of locations (locations x keys each) and the loss index's
+# updates count too: with random tag values every client is a location of its own, and those
+# were uncounted (fresh 1,000 x 20,000, 3 values per key: 5 keys 31 s, 20 keys and 2 standbys
+# 375 s; counted, 9.6 and 8.8 s).
 SPREAD_BUDGET = 500
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
 MAX_ROUNDS = 50
@@ -205,6 +209,9 @@ class _Standbys:
             moves = {(position, there): self.spread(task, [*locs[:position], there, *locs[position + 1:]]) - score
                      for position in range(len(holders)) for there in self.classes}
             self.moves_memo[key] = moves
+            # locations x keys of work each: with many tag keys every client is a location of
+            # its own, and these tables (and the loss index they feed) were the unbounded part
+            self.spread_budget -= len(moves) * len(key[0])
         self.moves_of[task] = moves
         return moves
 
@@ -482,6 +489,7 @@ class _Losses:
 
     def add(self, task: int) -> None:
         entries = self.filed[task] = self._entries(task)
+        self.state.spread_budget -= 2 * len(entries)  # filed now, removed at the next change
         for key, loss, client in entries:
             self.slots.setdefault(key, {}).setdefault(loss, {}).setdefault(client, set()).add(task)
 
