@@ -582,12 +582,9 @@ def test_no_standbys_to_optimize():
     assert outcome.broken() == [] and all(outcome.standby(c) == [] for c in outcome.clients)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_optimize_random_standby(strategy):
-    """shouldOptimizeRandomStandby: 60 x 3 tasks, 50 clients of 1-3 threads on 50 racks, three
-    standbys. After the standby target, the rack step never raises the standby cost (traffic
-    10, non-overlap 1 against the target), keeps three standbys per task in racks apart from
-    each other and the active, and (Kafka's standbyTaskCount) every client's standby count."""
+def _random_standby_step(strategy: str):
+    """shouldOptimizeRandomStandby's group through the rack step: (problem, actives, the standby
+    target, the standbys after the rack step)."""
     document = kafka_random_group(5, nodes=50, topics=60, partitions=3, clients=50, stateful=True, strategy=strategy,
                                   threads=lambda rng: rng.randint(1, 3), num_standby_replicas=3)
     document.pop("rng")
@@ -597,7 +594,16 @@ def test_optimize_random_standby(strategy):
     costs = CostModel(lag_aware=True)
     actives, _ = optimize_actives(group, active_target(group, ranking, costs), problem.config, ranking)
     planned = standby_target(group, ranking, costs, actives, problem.config.num_standby_replicas)
-    out = optimize_standbys(group, actives, planned, problem.config, ranking)
+    return problem, actives, planned, optimize_standbys(group, actives, planned, problem.config, ranking)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_optimize_random_standby(strategy):
+    """shouldOptimizeRandomStandby: 60 x 3 tasks, 50 clients of 1-3 threads on 50 racks, three
+    standbys. After the standby target, the rack step never raises the standby cost (traffic
+    10, non-overlap 1 against the target), keeps three standbys per task in racks apart from
+    each other and the active, and (Kafka's standbyTaskCount) every client's standby count."""
+    problem, actives, planned, out = _random_standby_step(strategy)
     assert standby_cost(problem, out, planned) <= standby_cost(problem, planned, planned)
     rack = {c.id: c.rack for c in problem.clients}
     for task, holders in out.items():
@@ -1119,16 +1125,7 @@ def test_random_standby_leaves_no_cheaper_swap(strategy):
     this group about 70 such swaps remain, each putting two standbys back on their target clients
     at equal traffic (measured: 370 standbys off target, 288 after the swaps, cross-rack reads
     unchanged at 773)."""
-    document = kafka_random_group(5, nodes=50, topics=60, partitions=3, clients=50, stateful=True, strategy=strategy,
-                                  threads=lambda rng: rng.randint(1, 3), num_standby_replicas=3)
-    document.pop("rng")
-    problem = parse_problem(document)
-    group = Group.of(problem.tasks, problem.clients)
-    ranking = rank_clients(problem.tasks, problem.clients, problem.config.acceptable_recovery_lag)
-    costs = CostModel(lag_aware=True)
-    actives, _ = optimize_actives(group, active_target(group, ranking, costs), problem.config, ranking)
-    planned = standby_target(group, ranking, costs, actives, problem.config.num_standby_replicas)
-    out = optimize_standbys(group, actives, planned, problem.config, ranking)
+    problem, actives, planned, out = _random_standby_step(strategy)
     assert cheaper_swap(problem, actives, out, planned) is None
 
 
