@@ -80,6 +80,16 @@ SHARE_PREFERENCE = 1
 # Per task whose active cannot leave its owner without a standby chain (``chain_prone``): on
 # every way out but the owner. A tie-break among the actives a client must give up.
 STANDBY_CHAIN = 1
+# Moves counted on a sparing client beyond what it spares (``_overdrawn``) up to which the
+# active flow is solved once more with them chain-prone: a join of one instance overdraws one
+# or two; a scale-out of 10% of 1,000 clients some 260, which a second solve cannot avoid
+# (measured: 272, then 259, then 258) and which would double the flow's time.
+OVERDRAWN_RESOLVE = 16
+# Moves off caught-up owners beyond which no second solve is tried: a chain costs a probing
+# round when the restores are few (one instance joining moves its share, 16 of 1,000 tasks on
+# 50 clients); among hundreds, one restore more is lost in the warm-up budget's rounds (a
+# replace of 10% of 1,000 clients moves some 2,000 and overdraws one).
+OVERDRAWN_MOVES = 256
 BIG_CAPACITY = 1 << 40
 EXACT_STANDBY_ARCS = 50_000  # tasks x clients up to which standby targets use every arc
 # Share of the graph up to which the subtopology layer of the clients that will receive units
@@ -461,9 +471,10 @@ def _group_key(spec: TaskSpec) -> tuple[int, bool]:
     return (spec.id.subtopology, spec.stateful)
 
 
-def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[TaskId], set[TaskId]]:
+def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[TaskId], set[TaskId], dict[str, int]]:
     """Stateful tasks whose caught-up owner cannot keep, or cannot give up, the active without a
-    standby chain: (moving starts one, staying starts one).
+    standby chain: (moving starts one, staying starts one, the replicas each sparing client
+    can spare).
 
     The flows run actives first. When an owner must give up an active but no replica, it keeps
     that task as a standby, and one of the task's standby holders must give its standby up; if
@@ -482,7 +493,7 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[Task
     holder, the active lets the owner be the one that drops.
     """
     if per_task == 0:
-        return set(), set()
+        return set(), set(), {}
     windows = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
     held: dict[str, int] = defaultdict(int)
     owners, standbys, ranks, absent = group.prev_active_owner, group.prev_standby_holders, ranking.holders, ranking.absent
@@ -497,10 +508,11 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[Task
         for client in standbys.get(task, none):
             if task_ranks.get(client, rank_absent) == 0:
                 held[client] += 1
-    sparing = ({c for c in group.clients if held[c] > windows[c].ceiling}
-               or {c for c in group.clients if held[c] > windows[c].floor})
-    if not sparing:  # every client at or below its new floor: no move is free of a chain
-        return set(owned), set()
+    spare = ({c: held[c] - windows[c].ceiling for c in group.clients if held[c] > windows[c].ceiling}
+             or {c: held[c] - windows[c].floor for c in group.clients if held[c] > windows[c].floor})
+    sparing = spare.keys()
+    if not spare:  # every client at or below its new floor: no move is free of a chain
+        return set(owned), set(), spare
     prone, staying = set(), set()
     for task in owned:
         task_ranks, rank_absent = ranks[task], absent[task]
@@ -513,7 +525,7 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[Task
             continue
         if not any(c in sparing and task_ranks.get(c, rank_absent) == 0 for c in holders):
             prone.add(task)
-    return prone, staying
+    return prone, staying, spare
 
 
 def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: int = 0,
@@ -528,8 +540,52 @@ def active_target(group: Group, ranking: Ranking, costs: CostModel, per_task: in
     """
     if not group.clients or not group.specs:
         return {}
-    prone, staying = chain_prone(group, ranking, per_task) if costs.lag_aware else (set(), set())
-    hub_only, ways = _active_ways(group, ranking, costs, prone, staying)
+    if not costs.lag_aware:
+        return _solved_active_target(group, ranking, costs, (set(), set()), own_arcs, relaxed)
+    prone, staying, spare = chain_prone(group, ranking, per_task)
+    target = _solved_active_target(group, ranking, costs, (prone, staying), own_arcs, relaxed)
+    overdrawn = _overdrawn(group, ranking, spare, target) - prone
+    if 0 < len(overdrawn) <= OVERDRAWN_RESOLVE:
+        target = _solved_active_target(group, ranking, costs, (prone | overdrawn, staying), own_arcs, relaxed)
+    return target
+
+
+def _overdrawn(group: Group, ranking: Ranking, spare: Mapping[str, int], target: Mapping[TaskId, str]) -> set[TaskId]:
+    """The target's moves that ``chain_prone`` counted as free of a chain although their
+    sparing client spares fewer replicas than are counted on it: it prices each task on its own,
+    so one client's one spare replica paid for several moves (an owner giving up one active
+    and the standby it held of another), and the second started a chain. Per client, the
+    moves beyond its spare count, those to a client not caught up first, then by task; none
+    when more than ``OVERDRAWN_MOVES`` tasks move."""
+    if not spare:
+        return set()
+    owners, standbys, ranks, absent = group.prev_active_owner, group.prev_standby_holders, ranking.holders, ranking.absent
+    none: frozenset[str] = frozenset()
+    paid: dict[str, list[tuple[bool, TaskId]]] = defaultdict(list)
+    moves = 0
+    for task in group.stateful:
+        owner = owners.get(task)
+        if owner is None or target[task] == owner:
+            continue
+        task_ranks, rank_absent = ranks[task], absent[task]
+        if task_ranks.get(owner, rank_absent) != 0:
+            continue
+        moves += 1
+        if moves > OVERDRAWN_MOVES:
+            return set()
+        payer = owner if owner in spare else next(
+            (c for c in sorted(standbys.get(task, none)) if c in spare and task_ranks.get(c, rank_absent) == 0), None)
+        if payer is not None:
+            paid[payer].append((task_ranks.get(target[task], rank_absent) != 0, task))
+    return {task for client, moved in paid.items() if len(moved) > spare[client]
+            for _, task in sorted(moved)[spare[client]:]}
+
+
+def _solved_active_target(group: Group, ranking: Ranking, costs: CostModel,
+                          chains: tuple[Container[TaskId], Container[TaskId]], own_arcs: frozenset[str] | None,
+                          relaxed: bool | None) -> dict[TaskId, str]:
+    """``active_target``'s flow with the chain prices given (prone, staying)."""
+    hub_only, ways = _active_ways(group, ranking, costs, *chains)
     few_left = _few_left(group)
     stays_mostly = few_left or _joined(group)
     if relaxed is None:
