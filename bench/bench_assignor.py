@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_assignor.py --quick    # smaller rows only
     .venv/bin/python bench/bench_assignor.py --floor-sweep   # one instance joining 540 group shapes
     .venv/bin/python bench/bench_assignor.py --floor-sweep-wide   # 288 more: other sizes and topologies
+    .venv/bin/python bench/bench_assignor.py --floor-sweep-crowded   # 72 of many clients, few replicas each
     .venv/bin/python bench/bench_assignor.py --baseline REV --repeat 3   # timing rows beside REV's
 
 With ``--baseline REV`` each timing row also runs on the assignor of git revision ``REV``
@@ -130,15 +131,21 @@ def join_table() -> None:
               f"({row['stateless_to_joiner']}) | {kafka[old]} |", flush=True)
 
 
-def floor_sweep(wide: bool = False) -> None:
+def floor_sweep(wide: bool = False, crowded: bool = False) -> None:
     """One instance joins settled groups of many shapes: does each settle in KIP-441's floor,
     ceil(newcomer's stateful replicas / max_warmup_replicas) probing rebalances, moving no active
     among the old clients? (docs/assignor.md, "Scaling out at the floor"). ``wide``: 288 shapes
-    the 540 do not draw (other sizes, 5 subtopologies at 60% stateful or 25 at 90%)."""
+    the 540 do not draw (other sizes, 5 subtopologies at 60% stateful or 25 at 90%).
+    ``crowded``: 72 shapes drawn after the wide sweep's rules were written, of many clients
+    with few replicas each, where a newcomer often leaves the replica ceiling where it was."""
     if wide:
         shapes = [(old, tasks, standbys, warmups, subtopologies, share) for old in (8, 10, 15, 30)
                   for tasks in (40, 75, 120, 300) for standbys in (0, 1, 2) for warmups in (1, 2, 4)
                   for subtopologies, share in ((5, 0.6), (25, 0.9))]
+    elif crowded:
+        shapes = [(old, tasks, standbys, warmups, subtopologies, share) for old in (25, 33, 45)
+                  for tasks in (60, 110, 200) for standbys in (1, 2) for warmups in (1, 2)
+                  for subtopologies, share in ((8, 0.75), (30, 0.9))]
     else:
         shapes = [(old, tasks, standbys, warmups, 10, 0.8) for old in (3, 4, 5, 6, 7, 9, 11, 13, 19, 24)
                   for tasks in (50, 60, 100, 150, 200, 400) for standbys in (0, 1, 2) for warmups in (1, 2, 3)]
@@ -183,6 +190,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--floor-sweep", action="store_true", help="only the join-shape sweep (a few minutes)")
     parser.add_argument("--floor-sweep-wide", action="store_true", help="only the 288 further join shapes")
+    parser.add_argument("--floor-sweep-crowded", action="store_true",
+                        help="only 72 join shapes of many clients with few replicas each")
     parser.add_argument("--baseline", metavar="REV", help="also time each row on the assignor of this git revision")
     parser.add_argument("--repeat", type=int, default=1, help="best of N timings per row (and per baseline row)")
     parser.add_argument("--timing-only", action="store_true", help="only the assign-time rows")
@@ -193,8 +202,8 @@ def main() -> None:
         print(json.dumps(time_one(clients, tasks, standbys)))
         return
     print(f"# assignor benchmark ({os.cpu_count()} cores, Python {sys.version.split()[0]})\n")
-    if args.floor_sweep or args.floor_sweep_wide:
-        floor_sweep(wide=args.floor_sweep_wide)
+    if args.floor_sweep or args.floor_sweep_wide or args.floor_sweep_crowded:
+        floor_sweep(wide=args.floor_sweep_wide, crowded=args.floor_sweep_crowded)
         return
     timing_table(TIMING_ROWS[:3] if args.quick else TIMING_ROWS, args.baseline, args.repeat)
     if args.timing_only:
