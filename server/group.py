@@ -460,8 +460,11 @@ class Group:
         generation's encoding; the last member of a rolling upgrade lets it rise) or the
         replacement's endpoint (everyone's KIP-535 host maps name the old one; Kafka Streams
         rebalances on a host info change too)."""
-        common = min(m.latest_supported_version for m in self.members.values())
-        return common != self.protocol_version or new.endpoint != old.endpoint
+        return self._common_version() != self.protocol_version or new.endpoint != old.endpoint
+
+    def _common_version(self) -> int:
+        """The group's commonly supported version: its members' lowest latest_supported_version."""
+        return min(m.latest_supported_version for m in self.members.values())
 
     def _supersede_process(self, process_id: str, claimant: str | None) -> list:
         """A process id names one live member (the assignor's client): a join that claims the
@@ -554,7 +557,7 @@ class Group:
             effects += [self._persist(), Event("group.empty", {"generation": self.generation})]
             return effects
         self._transition(GroupState.COMPLETING_REBALANCE)
-        self.protocol_version = min(m.latest_supported_version for m in self.members.values())
+        self.protocol_version = self._common_version()
         topology = self.topology
         if any(m.shutdown_requested for m in self.members.values()):
             return effects + self._finish_without_assignor(AssignorError.SHUTDOWN_REQUESTED, now_ms)
