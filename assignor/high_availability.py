@@ -105,11 +105,12 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
         placement.active[task] = actives[task]
     requests = _place_stateful(placement, group, ranking, actives, standbys)
     _grant_warmups(placement, requests, config.max_warmup_replicas)
-    if placement.probing and _balanced_once_caught_up(group, placement, config):
+    # Balanced as it is, or once the stateless tasks nobody ran are packed: the next round
+    # would keep it, so its warm-ups and probing rebalance would be wasted.
+    if placement.probing and (_balanced_once_caught_up(group, placement, config)
+                              or (_pack_stateless_orphans(group, placement, actives)
+                                  and _balanced_once_caught_up(group, placement, config))):
         _stop_moving(group, placement)
-    if placement.probing and _pack_stateless_orphans(group, placement, actives) \
-            and _balanced_once_caught_up(group, placement, config):
-        _stop_moving(group, placement)  # the packing balanced it: the next round would keep it
     for task in group.stateless:
         _explain_active(placement, group, task, placement.active[task], ranking=None)
     return _result(group, placement, config, report)
