@@ -118,8 +118,6 @@ class MemberState(enum.StrEnum):
     CLOSED = "closed"
 
 
-
-
 def _positive(name: str, value: object, minimum: int = 1, maximum: int = MAX_INT) -> None:
     """An integer in range; the default maximum is the wire's int32 (JoinGroupRequest)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -475,12 +473,10 @@ class GroupMember:
                 if error.code() not in _TRANSIENT:
                     raise self._fatal_rpc(error) from None
                 hint = self._tls.tls_hint(error) if self._tls is not None else None
-                if hint:  # a plaintext member at a TLS-only server retries forever: say why, loudly
-                    self._log.warning("member.join.retry", code=error.code().name, attempt=attempt,
-                                      message=error.details(), hint=hint)
-                else:
-                    self._log.info("member.join.retry", code=error.code().name, attempt=attempt,
-                                   message=error.details())
+                # a plaintext member at a TLS-only server retries forever: say why, loudly
+                (self._log.warning if hint else self._log.info)(
+                    "member.join.retry", code=error.code().name, attempt=attempt, message=error.details(),
+                    **({"hint": hint} if hint else {}))
                 await self._backoff(attempt)
                 await self._link.rediscover()
                 attempt += 1
