@@ -18,6 +18,7 @@ import structlog
 
 from assignor.lag import MAX_LONG
 from assignor.model import MAX_INT, InvalidInput
+from remote_leader.options import check_log_level
 
 
 def configure_logging(level: str = "warning", log_format: str = "console") -> None:
@@ -36,14 +37,6 @@ def _tag(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key, value
-
-
-_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
-def _check_log_level(level: str) -> None:
-    if str(level).lower() not in _LOG_LEVELS:
-        raise ValueError(f"--log-level: expected one of {', '.join(_LOG_LEVELS)}, got {level!r}")
 
 
 def _check_range(flag: str, value: int, minimum: int, maximum: int) -> None:
@@ -138,7 +131,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
         print(f"remote-leader sidecar: --log-format: expected json or console, got {args.log_format!r}", file=sys.stderr)
         return 2
     try:
-        _check_log_level(args.log_level)
+        check_log_level(args.log_level)
     except ValueError as error:
         print(f"remote-leader sidecar: {error}", file=sys.stderr)
         return 2
@@ -208,7 +201,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from client.demo import DemoOptions, run
 
     try:
-        _check_log_level(args.log_level)
+        check_log_level(args.log_level)
     except ValueError as error:
         print(f"remote-leader demo: {error}", file=sys.stderr)
         return 2

@@ -18,6 +18,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from remote_leader.options import LOG_LEVELS
+
 _BOOL_TRUE = {"1", "true", "yes", "on"}
 _BOOL_FALSE = {"0", "false", "no", "off"}
 
@@ -67,7 +69,6 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
 ]
 _EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 _LIVE_PAGE = ("loopback", "on", "off")
-_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 #: What each flag means (docs/interfaces.md, "Server settings"); ``serve --help`` adds the
 #: environment variable and the default.
@@ -85,7 +86,7 @@ _HELP: dict[str, str] = {
     "--rebalance-log-backups": "rotated rebalance-log files kept",
     "--tls-cert": "PEM certificate file; with --tls-key, serve gRPC over TLS",
     "--tls-key": "PEM private key file; with --tls-cert, serve gRPC over TLS",
-    "--log-level": f"log level: {', '.join(_LOG_LEVELS)}",
+    "--log-level": f"log level: {', '.join(LOG_LEVELS)}",
     "--log-format": "log lines as json (one object per line) or console (for people)",
     "--event-loop": "auto (uvloop when installed), uvloop or asyncio",
     "--assignor-processes": "worker processes for large assignments, so that they never stall other groups; 0 runs them in a thread",
@@ -119,7 +120,7 @@ _HELP: dict[str, str] = {
     "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
     "--empty-group-retention-ms": "remove a group that has had no members this long, ms; 0 keeps them",
 }
-_METAVARS = {"--log-level": "{" + ",".join(_LOG_LEVELS) + "}", "--log-format": "{json,console}",
+_METAVARS = {"--log-level": "{" + ",".join(LOG_LEVELS) + "}", "--log-format": "{json,console}",
              "--event-loop": "{" + ",".join(_EVENT_LOOPS) + "}", "--live-page": "{" + ",".join(_LIVE_PAGE) + "}"}
 
 
