@@ -19,7 +19,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from assignor.lag import Lag
+from assignor.lag import MAX_LONG, Lag
 from assignor.model import AssignmentConfig, AssignmentResult, ReasonCode, TaskId
 
 
@@ -62,11 +62,13 @@ class Probe:
 
 def followup_probe(result: AssignmentResult, config: AssignmentConfig, now_ms: int) -> Probe | None:
     """KIP-441 "Probing Rebalances": one after an assignment that needs it, at the result's
-    ``followup_rebalance_ms`` (else ``probing_rebalance_interval_ms``); none once balanced."""
+    ``followup_rebalance_ms`` (else ``probing_rebalance_interval_ms``); none once balanced.
+    The interval may be any long, as Kafka's config: the time stops at the largest one the
+    wire's int64 carries (never, in practice) rather than overflow it."""
     if not result.probing_rebalance_needed:
         return None
     interval = result.followup_rebalance_ms or config.probing_rebalance_interval_ms
-    return Probe(now_ms + interval, Trigger.PROBING_REBALANCE)
+    return Probe(min(now_ms + interval, MAX_LONG), Trigger.PROBING_REBALANCE)
 
 
 def warming_replicas(result: AssignmentResult) -> list[tuple[str, TaskId]]:

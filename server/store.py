@@ -23,7 +23,7 @@ import aiosqlite
 import structlog
 
 from assignor.cluster import AssignorError
-from assignor.lag import Lag
+from assignor.lag import MAX_LONG, Lag
 from assignor.model import (
     AssignmentConfig,
     AssignmentProblem,
@@ -183,7 +183,8 @@ def snapshot_from_document(document: dict[str, Any]) -> GroupSnapshot:
         last_rebalance_ms=document["last_rebalance_ms"],
         last_trigger=document["last_trigger"],
         pending_trigger=document["pending_trigger"],
-        next_probe_ms=document["next_probe_ms"],
+        # stored beyond int64 by a server that let now + interval overflow (assignor.probing)
+        next_probe_ms=None if document["next_probe_ms"] is None else min(document["next_probe_ms"], MAX_LONG),
         next_probe_reason=document["next_probe_reason"],
         members=tuple(members),
     )

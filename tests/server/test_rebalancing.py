@@ -29,12 +29,13 @@ async def _rebalance_log(leader, generation: int) -> list[str]:
     raise AssertionError(f"no rebalance-log line for generation {generation} after 5 s")
 
 
-async def _scaled_out(leader) -> tuple[Worker, Worker, Worker]:
+async def _scaled_out(leader, probe_interval_ms: int | None = None) -> tuple[Worker, Worker, Worker]:
     """KIP-441 "Scaling Out": I1 runs T1, T3 and stands by for T2; I2 runs T2 and stands by for
     T1, T3; a fresh I3 joins. Returns the three workers after I3's rebalance."""
     from remote_leader.v1 import assignment_pb2 as apb
 
-    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1, max_warmup_replicas=2)
+    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1, max_warmup_replicas=2,
+                                  probing_rebalance_interval_ms=probe_interval_ms)
     i1 = leader.worker(process_id="00000000-0000-0000-0000-000000000001", port=7001, config=config,
                        task_lags={"0_0": LATEST, "0_2": LATEST, "0_1": 0})
     i2 = leader.worker(process_id="00000000-0000-0000-0000-000000000002", port=7002, config=config,
@@ -88,6 +89,21 @@ async def test_kip441_scale_out_warms_up_then_probes_to_balance(leader):
     describe = await leader.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))
     assert not describe.group.HasField("next_probe_ms")
     assert describe.group.state == pb.GROUP_STATE_STABLE
+
+
+async def test_the_longest_probing_interval_schedules_no_time_beyond_the_wire_range(leader):
+    """probing_rebalance_interval_ms may be any long (Kafka's config is one): at 2^63 - 1 the
+    follow-up lands at the largest time the wire carries (never, in practice), and SyncGroup,
+    Heartbeat and DescribeGroup answer it; now + interval overflowed int64 and every one of
+    them failed with INTERNAL, for good (the time was stored)."""
+    longest = 2**63 - 1
+    i1, i2, i3 = await _scaled_out(leader, probe_interval_ms=longest)
+    assert i3.active() == [] and i3.warmups()
+    assert i3.assignment.next_rebalance_ms == longest
+    hb = await i1.heartbeat()
+    assert hb.error_code == epb.ERROR_CODE_NONE and hb.next_rebalance_ms == longest
+    describe = await leader.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))
+    assert describe.group.next_probe_ms == longest
 
 
 async def test_early_probe_fires_once_warmups_catch_up_but_not_before_min_interval(leader):

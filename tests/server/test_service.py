@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -160,6 +161,32 @@ async def test_restart_keeps_generation_members_assignment_and_probe(tmp_path):
         # The restored probe still fires.
         responses = await run_for(clock, [a, b], before.next_probe_ms - clock.now_ms())
         assert responses[0].error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+
+
+async def test_restart_with_a_probe_time_stored_beyond_int64_answers(tmp_path):
+    """A follow-up time that an earlier server stored past int64 (now + an interval near
+    2^63 - 1 overflowed it) is read back as the largest the wire carries, so the group
+    answers again after the restart (it failed every call with INTERNAL, restart or not)."""
+    state = tmp_path / "state"
+    clock = FakeClock()
+    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
+    async with running_server(state, clock=clock) as first:
+        a = first.worker(port=7001, config=config, task_lags={"0_0": LATEST, "0_1": LATEST, "0_2": LATEST})
+        b = first.worker(port=7002, config=config)
+        await rebalance(clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+        assert (await first.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group.HasField("next_probe_ms")
+    beyond = 2**63 + 1_000
+    with sqlite3.connect(state / "state.db") as db:
+        (document,) = db.execute("SELECT snapshot FROM groups WHERE group_id = 'app'").fetchone()
+        stored = json.loads(document)
+        stored["next_probe_ms"] = beyond
+        db.execute("UPDATE groups SET snapshot = ? WHERE group_id = 'app'", (json.dumps(stored),))
+    async with running_server(state, clock=clock) as second:
+        described = (await second.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
+        assert described.next_probe_ms == 2**63 - 1
+        a.stub = second.stub
+        hb = await a.heartbeat()
+        assert hb.error_code == epb.ERROR_CODE_NONE and hb.next_rebalance_ms == 2**63 - 1
 
 
 async def test_restart_mid_rebalance_lets_members_rejoin(tmp_path):
