@@ -198,19 +198,23 @@ class Topology:
 
     def merged(self, other: Topology) -> Topology:
         """Same structure, the larger partition count of each topic (partitions are only added),
-        and the newer rack information where the other report has some."""
+        and per partition every rack either report names. Both are order-free, so a group's
+        topology, and its assignment, do not depend on which member's report came last (taking
+        the newer report's racks did: two members whose metadata differed got other actives
+        when they joined the other way round, and a report listing fewer partitions dropped the
+        others' racks). Racks only accumulate while the group lives, like partitions: a rack
+        that no longer holds a replica counts until the group next starts empty."""
         theirs = {(sub.id, t.name): t for sub in other.subtopologies for t in sub.source_topics}
         subs = []
         for sub in self.subtopologies:
             topics = []
             for topic in sub.source_topics:
                 new = theirs.get((sub.id, topic.name), topic)
+                racks = dict(topic.partition_racks)
+                for partition, named in new.partition_racks:
+                    racks[partition] = racks.get(partition, frozenset()) | named
                 topics.append(
-                    SourceTopic(
-                        topic.name,
-                        max(topic.partition_count, new.partition_count),
-                        new.partition_racks or topic.partition_racks,
-                    )
+                    SourceTopic(topic.name, max(topic.partition_count, new.partition_count), tuple(sorted(racks.items())))
                 )
             subs.append(Subtopology(sub.id, tuple(topics), sub.state_stores))
         return Topology(tuple(subs), self.application_id)

@@ -62,6 +62,7 @@ class Worker:
     latest_supported_version: int = 2
     threads: int = 1
     port: int = 0
+    rack: str | None = None
     topo: pb.Topology = field(default_factory=topology)
     config: apb.AssignmentConfig = field(default_factory=lambda: apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=0))
     task_lags: dict[str, int] = field(default_factory=dict)
@@ -81,6 +82,8 @@ class Worker:
         )
         if self.port:
             sub.endpoint.CopyFrom(pb.HostInfo(host="127.0.0.1", port=self.port))
+        if self.rack is not None:
+            sub.rack = self.rack
         return sub
 
     def join_request(self) -> pb.JoinGroupRequest:

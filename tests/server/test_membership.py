@@ -243,3 +243,56 @@ async def test_session_timeout_outside_bounds_is_refused(leader):
     assert response.error_code == epb.ERROR_CODE_INVALID_SESSION_TIMEOUT
     groups = await leader.stub.ListGroups(pb.ListGroupsRequest())
     assert all(g.member_count == 0 for g in groups.groups)
+
+
+def _racked_topology(racks_of) -> pb.Topology:
+    """Six partitions of one stateless subtopology, each partition's replica racks as given."""
+    topo = topology(6, stores=())
+    for partition in range(6):
+        topo.subtopologies[0].source_topics[0].partition_racks.add(partition=partition, racks=racks_of(partition))
+    return topo
+
+
+async def _joined_in_order(leader, group_id: str, workers) -> None:
+    """One rebalance that ``workers`` join in this order (each join reaches the server before
+    the next is sent), then all sync."""
+    joins = []
+    for count, worker in enumerate(workers, start=1):
+        worker.group_id = group_id
+        joins.append(asyncio.create_task(worker.join()))
+        for _ in range(500):
+            if len((await _describe(leader, group_id)).members) == count:
+                break
+            await asyncio.sleep(0.01)
+    await leader.clock.advance(INITIAL_DELAY_MS)
+    assert all(r.error_code == epb.ERROR_CODE_NONE for r in await asyncio.gather(*joins))
+    assert all(s.error_code == epb.ERROR_CODE_NONE for s in await asyncio.gather(*(w.sync() for w in workers)))
+
+
+async def test_members_reporting_different_partition_racks_get_one_assignment_whatever_the_join_order(leader):
+    """Determinism: two members whose metadata disagree on where partitions' replicas live (one
+    saw a reassignment the other did not) join in either order: the group's racks are every
+    rack either names per partition, and so the same, as are the rack-aware actives. (The last
+    report's racks won: A then B and B then A gave different actives.)"""
+    config = apb.AssignmentConfig(rack_aware_strategy=apb.RACK_AWARE_STRATEGY_MIN_TRAFFIC)
+    ids = ["00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b"]
+
+    def pair():
+        a = leader.worker(process_id=ids[0], rack="rA", config=config,
+                          topo=_racked_topology(lambda p: ["rA"] if p < 3 else ["rB"]))
+        b = leader.worker(process_id=ids[1], rack="rB", config=config,
+                          topo=_racked_topology(lambda p: ["rA"] if p % 2 else ["rB"]))
+        return a, b
+
+    a1, b1 = pair()
+    await _joined_in_order(leader, "a-then-b", [a1, b1])
+    a2, b2 = pair()
+    await _joined_in_order(leader, "b-then-a", [b2, a2])
+    racks = []
+    for group_id in ("a-then-b", "b-then-a"):
+        topic = (await _describe(leader, group_id)).topology.subtopologies[0].source_topics[0]
+        racks.append({pr.partition: sorted(pr.racks) for pr in topic.partition_racks})
+    assert racks[0] == racks[1] == {0: ["rA", "rB"], 1: ["rA"], 2: ["rA", "rB"], 3: ["rA", "rB"], 4: ["rB"], 5: ["rA", "rB"]}
+    assert (sorted(a1.active()), sorted(b1.active())) == (sorted(a2.active()), sorted(b2.active()))
+    # rack-local where a partition lives in one rack only: 1 on rA, 4 on rB
+    assert "0_1" in a1.active() and "0_4" in b1.active()
