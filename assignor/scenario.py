@@ -42,7 +42,7 @@ def parse_problem(document: Any) -> AssignmentProblem:
     if not isinstance(document, Mapping):
         raise InvalidInput("(document)", "expected a JSON object")
     version = document.get("version")
-    if version != SCENARIO_VERSION or isinstance(version, bool):
+    if type(version) is not int or version != SCENARIO_VERSION:  # not 1.0 nor true either
         raise InvalidInput("version", f"unsupported version {version!r}; expected {SCENARIO_VERSION}")
     config = _parse_config(document.get("config", {}))
     tasks = _parse_tasks(document.get("tasks"))
@@ -163,7 +163,11 @@ def _parse_task_list(raw: Any, where: str, tasks: _TaskIndex) -> frozenset[TaskI
     result = set()
     for index, text in enumerate(raw):
         task_id = by_text.get(text) if type(text) is str else None
-        result.add(task_id if task_id is not None else tasks.lookup(text, f"{where}[{index}]"))
+        if task_id is None:
+            task_id = tasks.lookup(text, f"{where}[{index}]")
+        if task_id in result:  # scenario.md: duplicate ids are invalid
+            raise InvalidInput(f"{where}[{index}]", f"duplicate task {task_id}")
+        result.add(task_id)
     return frozenset(result)
 
 
@@ -206,7 +210,9 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
         rack = item.get("rack")
         if rack is not None and not isinstance(rack, str):
             raise InvalidInput(f"{where}.rack", "expected a string")
-        tags = item.get("tags") or {}
+        tags = item.get("tags")
+        if tags is None:
+            tags = {}
         if not isinstance(tags, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
         ):

@@ -113,6 +113,12 @@ INVALID = [
     pytest.param(_with("clients.0.lags", {"0_0": "latest", "00_0": 5}), "clients[0].lags.00_0", id="one-task-two-spellings"),
     pytest.param(_with("config.rack_aware_traffic_cost", 2**49), "config.rack_aware_traffic_cost",
                  id="traffic-cost-beyond-int"),
+    # an audit's unseen inputs: accepted silently
+    pytest.param(_with("version", 1.0), "version", id="version-not-an-integer"),
+    pytest.param(_with("clients.1.tags", False), "clients[1].tags", id="tags-false"),
+    pytest.param(_with("clients.1.tags", ""), "clients[1].tags", id="tags-empty-string"),
+    pytest.param(_with("clients.1.tags", 0), "clients[1].tags", id="tags-zero"),
+    pytest.param(_with("clients.0.prev_active", ["0_0", "0_0"]), "clients[0].prev_active[1]", id="duplicate-prev-task"),
     pytest.param(_with("config.num_standby_replicas", 2**31), "config.num_standby_replicas", id="standbys-beyond-int"),
 ]
 
