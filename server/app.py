@@ -103,6 +103,8 @@ class Settings:
     max_groups: int = _DEFAULT_LIMITS.max_groups
     max_tasks_per_assign: int = _DEFAULT_LIMITS.max_tasks_per_assign
     max_clients_per_assign: int = _DEFAULT_LIMITS.max_clients_per_assign
+    max_replicas_per_group: int = _DEFAULT_LIMITS.max_replicas_per_group
+    max_replicas_per_assign: int = _DEFAULT_LIMITS.max_replicas_per_assign
     max_rebalance_timeout_ms: int = _DEFAULT_LIMITS.max_rebalance_timeout_ms
 
     def limits(self) -> Limits:

@@ -58,7 +58,8 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
         for name in (
             "max_message_bytes", "max_partitions_per_topic", "max_partitions_per_group", "max_subtopologies",
             "max_tasks_per_group", "max_store_partitions_per_group", "max_members_per_group", "max_groups",
-            "max_tasks_per_assign", "max_clients_per_assign", "max_rebalance_timeout_ms",
+            "max_tasks_per_assign", "max_clients_per_assign", "max_replicas_per_group", "max_replicas_per_assign",
+            "max_rebalance_timeout_ms",
         )
     ),
     ("--store", "store", "REMOTE_LEADER_STORE", str),
@@ -117,6 +118,10 @@ _HELP: dict[str, str] = {
     "--max-groups": "groups on this server; a new group beyond it gets RESOURCE_EXHAUSTED",
     "--max-tasks-per-assign": "tasks of one Assign problem (and of each client's lags and previous tasks)",
     "--max-clients-per-assign": "clients of one Assign problem",
+    "--max-replicas-per-group": "replicas a group's config asks for: every task's active and each stateful task's "
+                                "num_standby_replicas standbys",
+    "--max-replicas-per-assign": "replicas of one Assign problem: every task's active and each stateful task's "
+                                 "standbys (at most one per other client)",
     "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
     "--empty-group-retention-ms": "remove a group that has had no members this long, ms; 0 keeps them",
 }

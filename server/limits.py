@@ -38,6 +38,8 @@ class Limits:
     max_groups: int = 10_000
     max_tasks_per_assign: int = 50_000
     max_clients_per_assign: int = 5_000
+    max_replicas_per_group: int = 200_000
+    max_replicas_per_assign: int = 200_000
     max_rebalance_timeout_ms: int = 1_800_000
 
     def validate(self) -> None:
@@ -61,17 +63,20 @@ def _over(limits: Limits, name: str, value: int, what: str, code: grpc.StatusCod
         raise LimitExceeded(name, f"{what}: {value} exceeds {name} = {maximum}", code)
 
 
-def check_topology(limits: Limits, topology: Any, where: str) -> None:
+def check_topology(limits: Limits, topology: Any, where: str) -> int:
     """Partitions per topic and per group, subtopologies, tasks (one task per partition of a
     subtopology's widest source topic, as Kafka Streams forms them) and store partitions (each
     task's state stores). The answers grow with what is counted: SyncGroup's host maps list
     every task's topic partitions and store partitions, so each subtopology's listing of a
     topic counts (Kafka Streams lets a topic feed one subtopology only; listed in 500, 1,000
     topics of 100 partitions would be 50 million entries) and a few bytes of store names would
-    otherwise buy the server gigabytes of answer. Each sum is checked as it grows: a long
-    request is refused at its first subtopology over a limit."""
+    otherwise buy the server gigabytes of answer. A topic of unknown size (``partition_count``
+    0) counts as one partition, so its listing and its subtopology's stores count too (at 0 a
+    join of a million stores got in, and kept 200 MB). Each sum is checked as it grows: a long
+    request is refused at its first subtopology over a limit. Returns the stateful tasks (of
+    subtopologies with a logged store), which the standbys multiply."""
     _over(limits, "max_subtopologies", len(topology.subtopologies), f"{where}.subtopologies")
-    partitions = tasks = store_partitions = 0
+    partitions = tasks = store_partitions = stateful = 0
     for i, sub in enumerate(topology.subtopologies):
         widest = 0
         for j, topic in enumerate(sub.source_topics):
@@ -79,13 +84,27 @@ def check_topology(limits: Limits, topology: Any, where: str) -> None:
                   f"{where}.subtopologies[{i}].source_topics[{j}].partition_count")
             _over(limits, "max_partitions_per_topic", len(topic.partition_racks),
                   f"{where}.subtopologies[{i}].source_topics[{j}].partition_racks")
-            partitions += topic.partition_count
+            partitions += max(topic.partition_count, 1)
             widest = max(widest, topic.partition_count)
         tasks += widest
-        store_partitions += widest * len(sub.state_stores)
+        store_partitions += max(widest, 1) * len(sub.state_stores)
+        if any(store.logged for store in sub.state_stores):
+            stateful += widest
         _over(limits, "max_partitions_per_group", partitions, f"{where} partitions")
         _over(limits, "max_tasks_per_group", tasks, f"{where} tasks")
         _over(limits, "max_store_partitions_per_group", store_partitions, f"{where} store partitions")
+    return stateful
+
+
+def _check_replicas(limits: Limits, name: str, tasks: int, stateful: int, standbys: int, where: str) -> None:
+    """Every task's active and every stateful task's standbys: what the assignor places and the
+    host maps list. ``num_standby_replicas`` may be any int (Kafka's config is one): at 2^31 - 1
+    every task got a standby on every other client, a request of 52 KB cost 81 CPU seconds and
+    a gigabyte, and a group's SyncGroup answers outgrew a client's 4 MB."""
+    replicas = tasks + stateful * standbys
+    if replicas > getattr(limits, name):
+        raise LimitExceeded(name, f"{where}: {tasks} tasks and {stateful} stateful tasks x {standbys} standbys "
+                                  f"make {replicas} replicas, exceeds {name} = {getattr(limits, name)}")
 
 
 def check_lag_report(limits: Limits, report: Any, where: str) -> None:
@@ -94,11 +113,16 @@ def check_lag_report(limits: Limits, report: Any, where: str) -> None:
 
 
 def check_join(limits: Limits, request: Any) -> None:
+    """A group's standbys are counted as configured, however many members join: the config is
+    checked before any member is known."""
     _over(limits, "max_rebalance_timeout_ms", request.rebalance_timeout_ms, "rebalance_timeout_ms")
     if request.HasField("subscription"):
         sub = request.subscription
         if sub.HasField("topology"):
-            check_topology(limits, sub.topology, "subscription.topology")
+            stateful = check_topology(limits, sub.topology, "subscription.topology")
+            tasks = sum(max((t.partition_count for t in s.source_topics), default=0) for s in sub.topology.subtopologies)
+            _check_replicas(limits, "max_replicas_per_group", tasks, stateful,
+                            max(sub.config.num_standby_replicas, 0), "subscription.config.num_standby_replicas")
         check_lag_report(limits, sub.lags, "subscription.lags")
 
 
@@ -111,6 +135,9 @@ def check_assign(limits: Limits, request: Any) -> None:
     problem = request.problem
     _over(limits, "max_tasks_per_assign", len(problem.tasks), "problem.tasks")
     _over(limits, "max_clients_per_assign", len(problem.clients), "problem.clients")
+    standbys = min(max(problem.config.num_standby_replicas, 0), max(len(problem.clients) - 1, 0))
+    _check_replicas(limits, "max_replicas_per_assign", len(problem.tasks), sum(t.stateful for t in problem.tasks),
+                    standbys, "problem.config.num_standby_replicas")
     for i, client in enumerate(problem.clients):
         for name in ("lags", "prev_active", "prev_standby"):
             items = getattr(client, name, None)

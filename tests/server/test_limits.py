@@ -179,6 +179,57 @@ async def test_assign_sizes_are_bounded(tmp_path):
         assert sum(len(c.active) for c in answer.result.clients) == 10
 
 
+async def test_standbys_count_as_replicas_however_large_num_standby_replicas_is(tmp_path):
+    """An audit's find: num_standby_replicas of 2^31 - 1 (any int is valid) gave every task a
+    standby on every other client; 52 KB of Assign took 81 CPU seconds and a gigabyte. Replicas
+    are counted before any work: every task's active, each stateful task's standbys (in an
+    Assign at most one per other client)."""
+    async with running_server(tmp_path, max_replicas_per_assign=100, max_replicas_per_group=100) as s:
+        problem = _problem(20, 10)
+        for task in problem.tasks:
+            task.stateful = True
+        problem.config.num_standby_replicas = 2**31 - 1
+        error = await _refused(s.stub.Assign, pb.AssignRequest(problem=problem))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details() == ("problem.config.num_standby_replicas: 20 tasks and 20 stateful tasks x 9 standbys "
+                                   "make 200 replicas, exceeds max_replicas_per_assign = 100 (limit --max-replicas-per-assign)")
+        problem.config.num_standby_replicas = 4  # 20 + 20 x 4 = 100
+        answer = await s.stub.Assign(pb.AssignRequest(problem=problem))
+        assert sum(len(c.standby) for c in answer.result.clients) == 80
+        for task in problem.tasks[10:]:
+            task.stateful = False  # stateless tasks get no standbys: 20 + 10 x 8 = 100
+        problem.config.num_standby_replicas = 8
+        assert (await s.stub.Assign(pb.AssignRequest(problem=problem))).result.clients
+
+        config = apb.AssignmentConfig(num_standby_replicas=2**31 - 1)
+        error = await _refused(s.stub.JoinGroup, s.worker(topo=topology(3), config=config).join_request())
+        assert error.details().startswith("subscription.config.num_standby_replicas: 3 tasks and 3 stateful tasks x "
+                                          "2147483647 standbys make 6442450944 replicas, exceeds max_replicas_per_group")
+        assert s.server.metrics.registry.get_sample_value("remote_leader_requests_refused_total", {
+            "method": "JoinGroup", "code": "INVALID_ARGUMENT", "reason": "max_replicas_per_group"}) == 1.0
+        assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+        unlogged = s.worker(topo=topology(3, stores=(("cache", False),)), config=config, port=7001)
+        await rebalance(s.clock, [unlogged], advance_ms=3_000)  # stateless: no standby to count
+        assert sorted(unlogged.active()) == ["0_0", "0_1", "0_2"]
+
+
+async def test_topics_of_unknown_size_still_count_their_listing_and_stores(tmp_path):
+    """An audit's find: a topic of partition_count 0 (unknown: INCOMPLETE_SOURCE_TOPIC_METADATA)
+    counted nothing, so a 13 MB join of a million state stores got in and kept 200 MB. It counts
+    as one partition now, its subtopology's stores with it."""
+    async with running_server(tmp_path, max_store_partitions_per_group=100, max_partitions_per_group=50) as s:
+        stores = pb.Topology(subtopologies=[pb.Subtopology(
+            id=0, source_topics=[pb.SourceTopic(name="unknown", partition_count=0)],
+            state_stores=[pb.StateStore(name=f"s{i}", logged=True) for i in range(101)])])
+        error = await _refused(s.stub.JoinGroup, s.worker(topo=stores).join_request())
+        assert "subscription.topology store partitions: 101 exceeds max_store_partitions_per_group = 100" in error.details()
+        topics = pb.Topology(subtopologies=[pb.Subtopology(
+            id=0, source_topics=[pb.SourceTopic(name=f"t{i}", partition_count=0) for i in range(51)])])
+        error = await _refused(s.stub.JoinGroup, s.worker(topo=topics).join_request())
+        assert "subscription.topology partitions: 51 exceeds max_partitions_per_group = 50" in error.details()
+        assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+
+
 async def test_assign_with_tasks_but_no_clients_names_the_field(tmp_path):
     async with running_server(tmp_path) as s:
         error = await _refused(s.stub.Assign, pb.AssignRequest(problem=_problem(3, 0)))
