@@ -127,8 +127,11 @@ class Lag:
         before no state. Lower is better.
 
         Caught up means the worst-case restore is "acceptable for immediate assignment" (KIP-441
-        "Parameters"): the reported lag; the whole changelog with no state; at most the whole
-        changelog with state of "unknown" size. So no state or unknown state is caught up on a
+        "Parameters"): the reported lag, or the whole changelog when that is less (a store
+        further behind than its changelog holds is rebuilt from the changelog, as with no
+        state; ranked by its lag, such a client lost to a client with no state and was never
+        caught up where the whole changelog is); the whole changelog with no state; at most
+        the whole changelog with state of "unknown" size. So no state or unknown state is caught up on a
         task whose changelog is within ``acceptable_recovery_lag`` (always on a changelog of 0,
         every store unlogged: KIP-441 revision, "State with logging disabled"); on a changelog
         of unknown size ("max long as a proxy") only at the largest acceptable lag.
@@ -137,10 +140,11 @@ class Lag:
         unknown -> 4C+1, no state -> 4C+2 (C the changelog size)."""
         kind = self.kind
         if kind is _OFFSETS:
-            if self.offsets <= acceptable_recovery_lag:
+            restore = self.offsets if changelog_offsets is None else min(self.offsets, changelog_offsets)
+            if restore <= acceptable_recovery_lag:
                 return 0
             # with no changelog size, no state is unbounded: worse than any lag reported
-            return 4 * (self.offsets if changelog_offsets is not None else min(self.offsets, UNBOUNDED_OFFSETS - 1))
+            return 4 * (restore if changelog_offsets is not None else min(restore, UNBOUNDED_OFFSETS - 1))
         if kind is _RUNNING or whole_changelog_acceptable(changelog_offsets, acceptable_recovery_lag):
             return 0
         size = UNBOUNDED_OFFSETS if changelog_offsets is None else changelog_offsets

@@ -22,12 +22,13 @@ from assignor.model import (
 
 def worst_case_restore(spec: TaskSpec, client: ClientState) -> float:
     """Offsets the client may have to restore before it can run the task (scenario.md "lags"):
-    its reported lag, else (no state, or state of unknown size) the whole changelog."""
+    its reported lag, else (no state, or state of unknown size) the whole changelog; never
+    more than the whole changelog, from which any store can be rebuilt."""
     changelog = spec.changelog_offsets if spec.changelog_offsets is not None else float("inf")
     lag = client.lags.get(spec.id)
     if lag == LATEST:
         return 0
-    return changelog if lag is None or lag == UNKNOWN else lag.offsets
+    return changelog if lag is None or lag == UNKNOWN else min(lag.offsets, changelog)
 
 
 def caught_up(spec: TaskSpec, client: ClientState, acceptable_recovery_lag: int) -> bool:

@@ -1,7 +1,7 @@
 """Caught up follows acceptable_recovery_lag for every client (KIP-441 "Parameters").
 
-A client's worst-case restore is its reported lag, or the whole changelog when it has no state
-or state of unknown size. Within acceptable_recovery_lag the client is caught up: it takes the
+A client's worst-case restore is its reported lag (never more than the whole changelog), or the
+whole changelog when it has no state or state of unknown size. Within acceptable_recovery_lag the client is caught up: it takes the
 task directly, a warm-up there would be a wasted replica and a wasted probing rebalance.
 """
 
@@ -187,11 +187,13 @@ def test_acceptable_lag_beyond_the_largest_is_invalid():
         raise AssertionError("accepted an acceptable_recovery_lag beyond max long")
 
 
-def test_a_settled_group_s_lagging_standby_yields_to_a_free_caught_up_client():
-    """Hypothesis's find: an otherwise settled group (every task placed, balanced, the active
-    running) kept a standby on a lagging client while another client was caught up: on an empty
-    changelog a client without state restores nothing. KIP-441 "Assignment Algorithm" property 2
-    wants the caught-up one, so the settled fast path must not keep the old standby."""
+def test_on_an_empty_changelog_a_reported_lag_is_caught_up_and_the_standbys_stay():
+    """Hypothesis's find, under the whole-changelog bound: client-03 reports a lag of 9,558 on a
+    changelog of 0 offsets (acceptable lag 0). It kept a standby while a client without state,
+    which restores nothing, was caught up: the settled fast path then had to give way. A store
+    is rebuilt from its changelog at worst, so client-03 restores nothing either: every client
+    is caught up, and the previous standbys stay where they are (sticky; KIP-441 "Assignment
+    Algorithm" property 2 has no more caught-up client to prefer)."""
     task = TaskId(0, 0)
     spec = TaskSpec(task, stateful=True, changelog_offsets=0)
 
@@ -206,5 +208,32 @@ def test_a_settled_group_s_lagging_standby_yields_to_a_free_caught_up_client():
     config = AssignmentConfig(acceptable_recovery_lag=0, max_warmup_replicas=1, num_standby_replicas=2)
     result = assign([spec], clients, config)
     assert broken_rules([spec], clients, config, result) == []
-    assert task not in result.clients["client-03"].standby
     assert result.clients["client-06"].active == (task,)
+    assert [c for c, roles in result.clients.items() if task in roles.standby] == ["client-03", "client-07"]
+    assert not result.probing_rebalance_needed and all(not roles.warmup for roles in result.clients.values())
+
+
+AUDITED_BEYOND_THE_CHANGELOG = [
+    # (client b's lag on 0_0, whose changelog is 25 offsets; a holds 0_0's standby at 10^12)
+    pytest.param(14_260, id="lag-beyond-the-acceptable-lag"),
+    pytest.param(10_001, id="lag-just-beyond-the-acceptable-lag"),
+]
+
+
+@pytest.mark.parametrize("lag", AUDITED_BEYOND_THE_CHANGELOG)
+def test_a_lag_beyond_the_whole_changelog_counts_as_the_whole_changelog(lag):
+    """An audit's find: b runs three stateful tasks and reports on 0_0 a lag beyond both its
+    changelog (25 offsets) and the acceptable lag (10,000). Ranked by that lag, b lost to a
+    client with no state and was not caught up, so a got a warm-up of 0_0 and a probing
+    rebalance, and b kept three tasks; a has no state on 1_0 and 2_0 (30 offsets: caught up)
+    and could take one at once. Restoring at most the whole changelog, a and b are caught up on
+    every task: balanced and final now (a takes 0_0, whose standby it holds)."""
+    tasks = [TaskSpec(TaskId(0, 0), True, 25), TaskSpec(TaskId(1, 0), True, 30), TaskSpec(TaskId(2, 0), True, 30)]
+    a = ClientState("a", prev_standby=frozenset({TaskId(0, 0)}), lags=MappingProxyType({TaskId(0, 0): Lag.behind(10**12)}))
+    b = ClientState("b", prev_active=frozenset(t.id for t in tasks),
+                    lags=MappingProxyType({TaskId(0, 0): Lag.behind(lag), TaskId(1, 0): LATEST, TaskId(2, 0): LATEST}))
+    config = AssignmentConfig(num_standby_replicas=0)
+    result = assign(tasks, [a, b], config)
+    assert broken_rules(tasks, [a, b], config, result) == []
+    assert len(result.clients["a"].active) == 1 and len(result.clients["b"].active) == 2
+    assert not result.probing_rebalance_needed and all(not roles.warmup for roles in result.clients.values())
