@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import re
 import threading
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -71,7 +72,10 @@ from server.model import (
 from server.runtime import Coordinator
 
 _MAX_ID = 255
-_CONTROL = re.compile(r"[\x00-\x1f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Beyond ASCII, by Unicode category: C1 controls (an 8-bit CSI among them), format characters
+#: (the bidirectional overrides that make a log line read other than it is) and line separators.
+_CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 #: Distinct topologies and configs kept parsed: every member of a group sends the same ones.
 _PARSED_CACHE = 64
 # Each registered assignor kind (assignor.STRATEGIES) is the wire's ASSIGNOR_KIND_<NAME>.
@@ -114,7 +118,8 @@ def _identifier(value: str, where: str, *, required: bool) -> str:
         raise InvalidInput(where, "must not be empty")
     if len(value) > _MAX_ID:
         raise InvalidInput(where, f"longer than {_MAX_ID} characters")
-    if _CONTROL.search(value):
+    if _CONTROL.search(value) or (not value.isascii() and any(
+            unicodedata.category(character) in _CONTROL_CATEGORIES for character in value)):
         raise InvalidInput(where, "contains control characters")
     return value
 

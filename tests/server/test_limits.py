@@ -104,6 +104,7 @@ async def test_rack_names_and_tag_values_of_255_characters_join(tmp_path):
     async with running_server(tmp_path) as s:
         request = s.worker(topo=topo).join_request()
         request.subscription.client_tags["zone"] = "z" * 255
+        request.subscription.client_tags["city"] = "Zürich-東京"  # letters of any script are no control characters
         joined = asyncio.ensure_future(s.stub.JoinGroup(request))
         members = []
         for _ in range(500):  # the join waits at the group's first barrier, already in the group
@@ -111,7 +112,7 @@ async def test_rack_names_and_tag_values_of_255_characters_join(tmp_path):
             members = (await s.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group.members
             if members:
                 break
-        assert [dict(m.client_tags) for m in members] == [{"zone": "z" * 255}]
+        assert [dict(m.client_tags) for m in members] == [{"zone": "z" * 255, "city": "Zürich-東京"}]
         await s.clock.advance(3_000)
         assert (await asyncio.wait_for(joined, 10)).error_code == epb.ERROR_CODE_NONE
 

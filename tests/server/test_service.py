@@ -76,6 +76,11 @@ _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1)
     [
         pytest.param(_join(group_id=""), "group_id", id="empty-group-id"),
         pytest.param(_join(group_id="a\x01b"), "group_id", id="control-character-group-id"),
+        # an audit's find: DEL, C1 controls (an 8-bit CSI), a bidi override and a line separator got in
+        pytest.param(_join(group_id="a\x7fb"), "group_id", id="delete-group-id"),
+        pytest.param(_join(group_id="a\x9b31mb"), "group_id", id="c1-csi-group-id"),
+        pytest.param(_join(group_id="app\u202egnp.exe"), "group_id", id="bidi-override-group-id"),
+        pytest.param(_tagged("zone", "eu\u20281"), "subscription.client_tags['zone']", id="line-separator-tag-value"),
         pytest.param(_join(session_timeout_ms=0), "session_timeout_ms", id="zero-session-timeout"),
         pytest.param(_join(rebalance_timeout_ms=-1), "rebalance_timeout_ms", id="negative-rebalance-timeout"),
         pytest.param(_without("subscription"), "subscription", id="no-subscription"),
