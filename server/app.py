@@ -101,6 +101,7 @@ class Settings:
     max_store_partitions_per_group: int = _DEFAULT_LIMITS.max_store_partitions_per_group
     max_members_per_group: int = _DEFAULT_LIMITS.max_members_per_group
     max_groups: int = _DEFAULT_LIMITS.max_groups
+    max_groups_per_principal: int = _DEFAULT_LIMITS.max_groups_per_principal
     max_tasks_per_assign: int = _DEFAULT_LIMITS.max_tasks_per_assign
     max_clients_per_assign: int = _DEFAULT_LIMITS.max_clients_per_assign
     max_replicas_per_group: int = _DEFAULT_LIMITS.max_replicas_per_group

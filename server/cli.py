@@ -58,6 +58,7 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
         for name in (
             "max_message_bytes", "max_partitions_per_topic", "max_partitions_per_group", "max_subtopologies",
             "max_tasks_per_group", "max_store_partitions_per_group", "max_members_per_group", "max_groups",
+            "max_groups_per_principal",
             "max_tasks_per_assign", "max_clients_per_assign", "max_replicas_per_group", "max_replicas_per_assign",
             "max_rebalance_timeout_ms",
         )
@@ -116,6 +117,8 @@ _HELP: dict[str, str] = {
                                         "times its tasks (SyncGroup's host maps list every one)",
     "--max-members-per-group": "members of one group; a newcomer beyond it gets RESOURCE_EXHAUSTED",
     "--max-groups": "groups on this server; a new group beyond it gets RESOURCE_EXHAUSTED",
+    "--max-groups-per-principal": "groups one principal created on this server (authentication on), members or not, "
+                                  "until they expire; a new group beyond it gets RESOURCE_EXHAUSTED",
     "--max-tasks-per-assign": "tasks of one Assign problem (and of each client's lags and previous tasks)",
     "--max-clients-per-assign": "clients of one Assign problem",
     "--max-replicas-per-group": "replicas a group's config asks for: every task's active and each stateful task's "

@@ -673,10 +673,10 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         domain = dataclasses.replace(domain, principal=principal.name)
         shutdown = domain.subscription.error_code == AssignorError.SHUTDOWN_REQUESTED
 
-        def admit(group: Any, groups: int) -> None:
+        def admit(group: Any, groups: Mapping[str, Any]) -> None:
             check_join_owner(group, principal, domain.member_id, domain.group_instance_id, domain.subscription.process_id,
                              shutdown, owners=self.gate.enabled)
-            check_group_capacity(self.limits, group, groups, domain.member_id, domain.group_instance_id)
+            check_group_capacity(self.limits, group, groups, domain.member_id, domain.group_instance_id, principal.name)
 
         response = await self._admitted(context, "JoinGroup", principal, self._coordinator.join(domain, admit))
         return pb.JoinGroupResponse(

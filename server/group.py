@@ -209,6 +209,10 @@ class Group:
     group_id: str
     settings: GroupSettings = GroupSettings()
     state: GroupState = GroupState.EMPTY
+    #: The principal whose join created the group ("" with authentication off), for the quota of
+    #: groups per principal (server.limits.check_group_capacity): kept while the group lives,
+    #: members or not, so abandoned groups count against whoever left them.
+    creator: str = ""
     generation: int = 0
     protocol_version: int = LATEST_SUPPORTED_VERSION
     topology: Topology | None = None
@@ -262,6 +266,7 @@ class Group:
             next_probe_ms=self.next_probe_ms,
             next_probe_reason=self.next_probe_reason,
             members=tuple(m.snapshot() for m in sorted(self.members.values(), key=lambda m: m.member_id)),
+            creator=self.creator,
         )
 
     def _persist(self) -> Persist:
@@ -293,6 +298,7 @@ class Group:
             pending_trigger=snapshot.pending_trigger,
             next_probe_ms=snapshot.next_probe_ms,
             next_probe_reason=snapshot.next_probe_reason,
+            creator=snapshot.creator,
         )
         for saved in snapshot.members:
             member = Member.from_snapshot(saved)
@@ -411,6 +417,8 @@ class Group:
         if instance and instance in self.instances:
             return self._replace_static(request, call_id, now_ms)
         outcome = Outcome()
+        if self.generation == 0 and not self.members and not self.creator:
+            self.creator = request.principal
         outcome.effects += self._supersede_process(sub.process_id, None)
         topology_trigger = self._adopt_topology(sub)
         member = Member.from_join(request, request.new_member_id, now_ms)

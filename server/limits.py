@@ -11,6 +11,7 @@ run them on the event loop before the conversion itself is sent to a worker thre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -36,6 +37,7 @@ class Limits:
     max_store_partitions_per_group: int = 200_000
     max_members_per_group: int = 10_000
     max_groups: int = 10_000
+    max_groups_per_principal: int = 1_000
     max_tasks_per_assign: int = 50_000
     max_clients_per_assign: int = 5_000
     max_replicas_per_group: int = 200_000
@@ -145,12 +147,20 @@ def check_assign(limits: Limits, request: Any) -> None:
                 _over(limits, "max_tasks_per_assign", len(items), f"problem.clients[{i}].{name}")
 
 
-def check_group_capacity(limits: Limits, group: Any, groups: int, member_id: str, instance: str | None) -> None:
+def check_group_capacity(limits: Limits, group: Any, groups: Mapping[str, Any], member_id: str, instance: str | None,
+                         principal: str = "") -> None:
     """Called under the group's lock before a JoinGroup runs: a newcomer needs room in its group
     (a known member or a static instance taking its old place does not), a new group room on
-    the server."""
+    the server and, with authentication on, in its principal's quota: the groups a principal
+    created count against it until they expire, members or not, so one tenant cannot fill the
+    server with abandoned groups for everyone (docs/security.md). Counted on creation only (a
+    scan of this server's groups)."""
     if group is None:
-        _over(limits, "max_groups", groups + 1, "groups on this server", grpc.StatusCode.RESOURCE_EXHAUSTED)
+        _over(limits, "max_groups", len(groups) + 1, "groups on this server", grpc.StatusCode.RESOURCE_EXHAUSTED)
+        if principal:
+            created = sum(1 for other in groups.values() if other.creator == principal)
+            _over(limits, "max_groups_per_principal", created + 1, f"groups created by {principal!r} on this server",
+                  grpc.StatusCode.RESOURCE_EXHAUSTED)
         return
     if member_id and member_id in group.members:
         return

@@ -206,6 +206,8 @@ class GroupSnapshot:
     next_probe_ms: int | None
     next_probe_reason: str
     members: tuple[MemberSnapshot, ...]
+    #: The principal whose join created the group: it counts against their --max-groups-per-principal
+    creator: str = ""
 
 
 # ---- read-only views ---------------------------------------------------------------------------

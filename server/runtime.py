@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -66,7 +66,7 @@ Handler = Callable[[Group, int, int], Outcome]  # (group, call_id, now_ms) -> Ou
 #: The edge's checks that need the group (capacity, ownership): run under the group's lock before
 #: the handler, with the group (None when it does not exist yet) and the number of groups; they
 #: refuse by raising, and then nothing has changed.
-Admit = Callable[[Group | None, int], None]
+Admit = Callable[[Group | None, Mapping[str, Group]], None]
 
 
 class _KeyedLocks:
@@ -289,7 +289,7 @@ class Coordinator:
                     group = self.groups.get(group_id)
                     created = group is None
                     if admit is not None:
-                        admit(group, len(self.groups))
+                        admit(group, self.groups)
                     if group is None:
                         if not create:
                             return _unknown_group(handler)

@@ -105,6 +105,7 @@ def snapshot_document(snapshot: GroupSnapshot) -> dict[str, Any]:
         "pending_trigger": snapshot.pending_trigger,
         "next_probe_ms": snapshot.next_probe_ms,
         "next_probe_reason": snapshot.next_probe_reason,
+        "creator": snapshot.creator,
         "members": [
             {
                 "member_id": m.member_id,
@@ -187,6 +188,7 @@ def snapshot_from_document(document: dict[str, Any]) -> GroupSnapshot:
         next_probe_ms=None if document["next_probe_ms"] is None else min(document["next_probe_ms"], MAX_LONG),
         next_probe_reason=document["next_probe_reason"],
         members=tuple(members),
+        creator=document.get("creator", ""),  # absent in snapshots of servers before the quota
     )
 
 

@@ -324,3 +324,31 @@ async def test_metrics_over_https_on_the_chosen_host(tmp_path, pki):
         assert "remote_leader_requests_refused_total" in body or "remote_leader_rebalances" in body
         with pytest.raises((urllib.error.URLError, ConnectionError)):
             await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read())
+
+
+async def test_one_principal_s_abandoned_groups_do_not_fill_the_server_for_others(tmp_path, pki):
+    """docs/security.md: no principal may "fill the server with abandoned groups". An audit's
+    find: with --max-groups 3, ``stranger`` created three groups on its own prefix and let their
+    sessions expire (Empty groups are kept for the retention: seven days); every other
+    application then got RESOURCE_EXHAUSTED for any new group. The groups a principal created
+    count against its own quota (--max-groups-per-principal), members or not, even after a
+    restart; others still have room."""
+    async with secure_server(tmp_path, pki, max_groups=4, max_groups_per_principal=2) as (server, clock, stub_for):
+        stranger = stub_for("stranger")
+        for name in ("stranger-1", "stranger-2"):
+            member = Worker(stranger, group_id=name)
+            await rebalance(clock, [member], advance_ms=3_000)
+            assert (await member.leave()).error_code == epb.ERROR_CODE_NONE  # abandoned: Empty, kept
+        third = Worker(stranger, group_id="stranger-3")
+        details = await _denied(stranger.JoinGroup, third.join_request(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert details == ("groups created by 'stranger' on this server: 3 exceeds max_groups_per_principal = 2 "
+                           "(limit --max-groups-per-principal)")
+        assert _refusals(server, "max_groups_per_principal") == 1.0
+        orders = Worker(stub_for("orders"), group_id="orders")
+        await rebalance(clock, [orders], advance_ms=3_000)
+        assert sorted(orders.active()) == ["0_0", "0_1", "0_2"]
+    async with secure_server(tmp_path, pki, max_groups=4, max_groups_per_principal=2) as (server, clock, stub_for):
+        third = Worker(stub_for("stranger"), group_id="stranger-3")
+        await _denied(third.stub.JoinGroup, third.join_request(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        rejoin = Worker(stub_for("stranger"), group_id="stranger-1")  # its own existing group: no new one
+        await rebalance(clock, [rejoin], advance_ms=3_000)
