@@ -803,7 +803,10 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         # data, and a member must find its group's owner to use the rights it has there.
         await self.gate.principal(context, "FindCoordinator")
         group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
-        replica = await self._coordinator.find_coordinator(group_id)
+        try:
+            replica = await self._coordinator.find_coordinator(group_id)
+        except NotCoordinator as error:  # no owner can be named now (PostgreSQL unreachable): retry
+            await context.abort(grpc.StatusCode.UNAVAILABLE, error.message)
         return pb.FindCoordinatorResponse(coordinator=coordinator_to_proto(replica))
 
 

@@ -175,11 +175,14 @@ class Ownership:
         """FindCoordinator: the live owner, else the live replica that would take the group."""
         if group_id in self.leases and self.valid():
             return self.owner_of(group_id) or self.me
-        async with self.pool.connection() as conn:
-            row = await self._lease_row(conn, group_id)
-            if row is not None and row[2] and row[3]:
-                return ReplicaInfo(row[0], row[3], row[1])
-            chosen = rendezvous(group_id, await self._live(conn))
+        try:
+            async with self.pool.connection(timeout=self.lease_ms / 2000) as conn:
+                row = await self._lease_row(conn, group_id)
+                if row is not None and row[2] and row[3]:
+                    return ReplicaInfo(row[0], row[3], row[1])
+                chosen = rendezvous(group_id, await self._live(conn))
+        except (psycopg.Error, PoolTimeout) as error:  # as ``ensure``: hung 30 s, then INTERNAL
+            raise NotCoordinator(None, f"PostgreSQL unreachable: {type(error).__name__}") from None
         return chosen or self.me
 
     # ---- claiming ------------------------------------------------------------------------------

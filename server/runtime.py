@@ -256,6 +256,10 @@ class Coordinator:
         return True
 
     def list_groups(self) -> list[GroupOverview]:
+        """This replica's groups; none while its leases are not valid (resumed after a pause, it
+        listed groups another replica had taken over until its renewal unloaded them)."""
+        if self.ownership is not None and not self.ownership.valid():
+            return []
         overviews = [self.groups[g].overview() for g in sorted(self.groups)]
         if self.ownership is None:
             return overviews
@@ -378,8 +382,16 @@ class Coordinator:
 
     def _timer_callback(self, key: TimerKey):
         async def fire() -> None:
-            with contextlib.suppress(NotCoordinator):  # the group moved to another replica
+            try:
                 await run()
+            except NotCoordinator:
+                # Refused by the local validity check (a pause, a slow renewal) while the group is
+                # still this replica's: fire again once a renewal may have restored it, or a
+                # session of a dead member never expired. Moved away: the new owner arms its own.
+                if self.ownership is not None and self.ownership.lease(key.group_id) is not None \
+                        and key.group_id in self.groups:
+                    retry_ms = self.clock.now_ms() + max(self.ownership.lease_ms // 3, 1)
+                    self.timers.schedule(str(key), retry_ms, self._timer_callback(key))
 
         async def run() -> None:
             if key.kind is TimerKind.SESSION:

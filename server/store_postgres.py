@@ -17,8 +17,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import structlog
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from server.model import NotCoordinator
 from server.ownership import Ownership
@@ -94,9 +95,12 @@ class StoreSchemaError(RuntimeError):
 
 def open_pool(dsn: str, *, max_size: int = 10) -> AsyncConnectionPool:
     """Autocommit connections: every statement is its own transaction (the fenced write is
-    one statement, so no lock outlives it even if this process is paused)."""
+    one statement, so no lock outlives it even if this process is paused). Each connection is
+    checked as it is handed out (a round trip): after a PostgreSQL restart the pool held
+    connections the restart had closed, and the first write on one failed a JoinGroup with
+    INTERNAL, which the worker library takes as fatal."""
     return AsyncConnectionPool(dsn, min_size=1, max_size=max_size, open=False, kwargs={"autocommit": True},
-                               name="remote-leader")
+                               name="remote-leader", check=AsyncConnectionPool.check_connection)
 
 
 async def migrate(pool: AsyncConnectionPool) -> int:
@@ -183,9 +187,16 @@ class PostgresStore(GroupStore):
 
     async def _put(self, group_id: str, text: str) -> None:
         owner, epoch = self._held_lease(group_id)
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(_FENCED_WRITE, {"group_id": group_id, "owner": owner, "epoch": epoch, "snapshot": text})
-            written = await cursor.fetchone()
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(_FENCED_WRITE, {"group_id": group_id, "owner": owner, "epoch": epoch,
+                                                            "snapshot": text})
+                written = await cursor.fetchone()
+        except (psycopg.Error, PoolTimeout) as error:
+            # Not durable: the caller unloads the group (as for a fenced write) and it comes back
+            # from its last durable snapshot; the members are told NOT_COORDINATOR and retry.
+            log.warning("store.write.failed", group_id=group_id, error=type(error).__name__)
+            raise NotCoordinator(None, f"PostgreSQL unreachable: {type(error).__name__}") from None
         if written is None:
             log.warning("store.write.fenced", group_id=group_id, epoch=epoch)
             raise FencedWrite(None, f"group {group_id!r}: lease epoch {epoch} was taken over")

@@ -17,7 +17,7 @@ from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
 from server.model import NotCoordinator
 from server.store_postgres import SCHEMA_VERSION, StoreSchemaError, migrate, open_pool
-from tests.server.harness import Worker, rebalance, running_server, settle
+from tests.server.harness import SESSION_MS, Worker, rebalance, run_for, running_server, settle
 
 LEASE_MS = 1_000
 
@@ -245,3 +245,48 @@ async def test_the_sidecar_follows_not_coordinator_to_the_groups_owner(tmp_path,
         finally:
             process.kill()
             await process.wait()
+
+
+async def test_connections_closed_under_the_pool_fail_no_call(tmp_path, postgres_dsn):
+    """An audit's find: after a PostgreSQL restart (here: every server connection terminated,
+    as a restart does) the pool handed out a closed connection, the newcomer's JoinGroup
+    failed with INTERNAL, and the worker library stopped that member for good. Connections
+    are checked as they are handed out, and a failed write answers NOT_COORDINATOR."""
+    async with replica(tmp_path, postgres_dsn, "r1") as first:
+        workers = await stable_group(first)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE pid <> pg_backend_pid() AND datname = current_database()")
+        newcomer = Worker(first.stub, group_id="app")
+        workers.append(newcomer)
+        joins = [asyncio.create_task(w.join()) for w in workers]
+        await settle()
+        answers = await asyncio.wait_for(asyncio.gather(*joins), 30)  # an INTERNAL raises here
+        assert [a.error_code for a in answers] == [epb.ERROR_CODE_NONE] * 3
+        for w in workers:
+            assert (await w.sync()).error_code == epb.ERROR_CODE_NONE
+        assert sorted(t for w in workers for t in w.active()) == ["0_0", "0_1", "0_2"]
+
+
+async def test_a_session_timer_refused_while_leases_lapse_fires_again(tmp_path, postgres_dsn):
+    """An audit's find: a timer that fired while this replica's leases were not valid (a pause
+    shorter than a takeover, a slow renewal) was refused and dropped, so a dead member's
+    session never expired and its tasks stayed on it. Refused while the group is still this
+    replica's, it fires again a renewal period later."""
+    async with replica(tmp_path, postgres_dsn, "r1") as first:
+        alive, dead = await stable_group(first)
+        ownership = first.server.ownership
+        valid = ownership.valid
+        ownership.valid = lambda: False  # the local validity check refuses everything
+        try:
+            await first.clock.advance(SESSION_MS + 1)  # dead's session timer fires, refused
+            await settle()
+        finally:
+            ownership.valid = valid
+        assert dead.member_id in {m.member_id for m in (await first.stub.DescribeGroup(
+            pb.DescribeGroupRequest(group_id="app"))).group.members}
+        assert (await alive.heartbeat()).error_code == epb.ERROR_CODE_NONE  # its own session renewed
+        responses = await run_for(first.clock, [alive], LEASE_MS, step_ms=LEASE_MS // 3)
+        assert responses[0].error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+        await rebalance(first.clock, [alive])
+        assert sorted(alive.active()) == ["0_0", "0_1", "0_2"]
