@@ -75,11 +75,14 @@ class CoordinatorLink:
             return True
         return False
 
-    async def rediscover(self, timeout_s: float = 2.0) -> bool:
+    async def rediscover(self, timeout_s: float = 2.0, *, current_last: bool = False) -> bool:
         """Ask FindCoordinator of the current replica, then of each bootstrap replica; move to
-        the first answer. False when nobody answered (the caller backs off and tries again)."""
-        candidates: list[tuple[str, grpc.aio.Channel]] = [(self.address, self.channel)]
-        candidates += [(a, self._channel(a)) for a in self._bootstrap if a != self.address]
+        the first answer. False when nobody answered (the caller backs off and tries again).
+        ``current_last``: the current replica did not answer a call, so it is asked last (a
+        paused one would cost the whole timeout first)."""
+        current = [(self.address, self.channel)]
+        others = [(a, self._channel(a)) for a in self._bootstrap if a != self.address]
+        candidates: list[tuple[str, grpc.aio.Channel]] = others + current if current_last else current + others
         if self._given is not None and self._given is not self.channel:
             candidates.append(("", self._given))
         for address, channel in candidates:

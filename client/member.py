@@ -587,6 +587,11 @@ class GroupMember:
 
     async def _heartbeat_until_rejoin(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
+        # A third of the session (at least an interval): a paused replica is given up on while the
+        # session lives, so the member reaches the group's new owner in its generation. Waiting
+        # the whole session, as before, lost it (a pause cost a rebalance that a kill did not).
+        heartbeat_timeout_s = min(self.config.session_timeout_ms / 1000,
+                                  max(interval, self.config.session_timeout_ms / 3000))
         last_ok = time.monotonic()
         attempt = 0
         if self._rejoin_now:
@@ -602,7 +607,7 @@ class GroupMember:
                 group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation,
                 lags=codec.lag_report(self._heartbeat_lags())))
             try:
-                response = await self._stub.Heartbeat(request, timeout=self.config.session_timeout_ms / 1000)
+                response = await self._stub.Heartbeat(request, timeout=heartbeat_timeout_s)
             except grpc.aio.AioRpcError as error:
                 if error.code() not in _TRANSIENT:
                     raise self._fatal_rpc(error) from None
@@ -610,7 +615,8 @@ class GroupMember:
                 if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
                     self._log.warning("member.heartbeat.session_lost", code=error.code().name)
                     return
-                await self._link.rediscover()
+                # The replica did not answer: ask the others first, it may be paused
+                await self._link.rediscover(current_last=True)
                 continue
             if response.error_code == epb.ERROR_CODE_NONE:
                 last_ok, attempt = time.monotonic(), 0
