@@ -291,41 +291,69 @@ _NOT_COORDINATOR = 16
 async def _query(address: str, method: str, request: Any, tls: Any = None) -> Any:
     """One call; ``address`` may list several replicas (host:port,host:port): ListGroups asks
     each for every page and merges (each replica lists the groups it owns), other calls follow
-    NOT_COORDINATOR to the group's owner. ``tls``: a ``remote_leader.tls.ClientTls``."""
+    NOT_COORDINATOR to the group's owner. A replica that does not answer (down, unreachable) is
+    skipped with a line on stderr: an operator looks exactly while one is down, and its groups
+    have moved to the others (an audit's find: one dead address failed the whole command). The
+    call fails only when no replica answers. ``tls``: a ``remote_leader.tls.ClientTls``."""
+    import grpc
+
     from remote_leader.tls import PLAINTEXT
     from remote_leader.v1 import group_leader_pb2, group_leader_pb2_grpc
 
     tls = tls or PLAINTEXT
     addresses = [a.strip() for a in address.split(",") if a.strip()]
+    failures: list[grpc.aio.AioRpcError] = []
+
+    def skipped(target: str, error: grpc.aio.AioRpcError) -> None:
+        if error.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise error
+        failures.append(error)
+        print(f"remote-leader: {target}: {error.code().name}: skipped", file=sys.stderr)
+
     if method == "ListGroups":
         merged = group_leader_pb2.ListGroupsResponse()
         for target in addresses:
-            token = ""
-            async with tls.aio_channel(target) as channel:
-                stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
-                while True:
-                    page = await stub.ListGroups(group_leader_pb2.ListGroupsRequest(page_token=token), timeout=10)
-                    merged.groups.extend(page.groups)
-                    token = page.next_page_token
-                    if not token:
-                        break
+            token, pages = "", []
+            try:
+                async with tls.aio_channel(target) as channel:
+                    stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
+                    while True:
+                        page = await stub.ListGroups(group_leader_pb2.ListGroupsRequest(page_token=token), timeout=10)
+                        pages.append(page)
+                        token = page.next_page_token
+                        if not token:
+                            break
+            except grpc.aio.AioRpcError as error:
+                skipped(target, error)
+                continue
+            for page in pages:
+                merged.groups.extend(page.groups)
+        if len(failures) == len(addresses):
+            raise failures[-1]
         return merged
-    target = addresses[0]
-    for _hop in range(_MAX_REDIRECTS + 1):
-        async with tls.aio_channel(target) as channel:
-            stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
-            response = await getattr(stub, method)(request, timeout=10)
-        moved = getattr(response, "error_code", 0) == _NOT_COORDINATOR and response.HasField("coordinator")
-        if not moved or not response.coordinator.address or response.coordinator.address == target:
+    for first in addresses:
+        target = first
+        try:
+            for _hop in range(_MAX_REDIRECTS + 1):
+                async with tls.aio_channel(target) as channel:
+                    stub = group_leader_pb2_grpc.GroupLeaderStub(channel)
+                    response = await getattr(stub, method)(request, timeout=10)
+                moved = getattr(response, "error_code", 0) == _NOT_COORDINATOR and response.HasField("coordinator")
+                if not moved or not response.coordinator.address or response.coordinator.address == target:
+                    return response
+                target = response.coordinator.address
             return response
-        target = response.coordinator.address
-    return response
+        except grpc.aio.AioRpcError as error:
+            skipped(target, error)
+    raise failures[-1]
 
 
 def _print_message(message: Any) -> None:
     from google.protobuf import json_format
 
-    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True), indent=2, sort_keys=True))
+    # every field, zeros too: task 0_0, a lag of 0 and an Empty group's 0 members are facts to read
+    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                               always_print_fields_with_no_presence=True), indent=2, sort_keys=True))
 
 
 def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | None = None) -> Any:

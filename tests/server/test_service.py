@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sqlite3
 import uuid
 from pathlib import Path
@@ -302,3 +303,32 @@ async def test_health_and_reflection(leader):
         names |= {s.name for s in response.list_services_response.service}
         break
     assert "remote_leader.v1.GroupLeader" in names
+
+
+async def test_the_cli_skips_a_replica_that_does_not_answer(leader, capsys):
+    """An audit's find: ``groups`` / ``describe --server a,b`` failed outright when one listed
+    replica was down, exactly when an operator looks. The dead one is skipped with a line on
+    stderr; the command fails only when no replica answers. Zero values are printed: task 0_0,
+    a lag of 0, an Empty group's 0 members."""
+    from server.cli import _print_message, _query
+
+    a = leader.worker(port=7001, task_lags={"0_0": 0})
+    await rebalance(leader.clock, [a], advance_ms=INITIAL_DELAY_MS)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    live = f"127.0.0.1:{leader.server.port}"
+    for servers in (f"{dead},{live}", f"{live},{dead}"):
+        listed = await _query(servers, "ListGroups", pb.ListGroupsRequest())
+        assert [g.group_id for g in listed.groups] == ["app"]
+        described = await _query(servers, "DescribeGroup", pb.DescribeGroupRequest(group_id="app"))
+        assert described.error_code == epb.ERROR_CODE_NONE and len(described.group.members) == 1
+    assert capsys.readouterr().err.count(f"{dead}: UNAVAILABLE: skipped") == 3  # live first: describe needs no other
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await _query(dead, "ListGroups", pb.ListGroupsRequest())
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    _print_message(described)
+    printed = json.loads(capsys.readouterr().out)
+    member = printed["group"]["members"][0]
+    assert {"subtopology": 0, "partition": 0} in member["active"]  # was {}: both zeros dropped
+    assert {"task": {"subtopology": 0, "partition": 0}, "lag": "0"} in member["lags"]  # was no "lag" key
