@@ -847,7 +847,10 @@ class Group:
         """A group just loaded from its snapshot (server start, lease takeover): every member's
         session starts afresh, the scheduled probe is re-armed, and a rebalance that was being
         prepared waits for its members again from now (they have no parked calls here)."""
-        effects: list = []
+        # an event, so that the per-group gauges (members, generation, warm-ups) are there from
+        # the start and not only after the next rebalance
+        warmups = sum(len(a.warmup) for a in self.result.clients.values()) if self.result else 0
+        effects: list = [Event("group.restored", {"state": self.state.value, "warmups": warmups})]
         for member in sorted(self.members.values(), key=lambda m: m.member_id):
             member.session_deadline_ms = now_ms + member.session_timeout_ms
             member.session_armed = True

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 log = structlog.get_logger("server")
 
 #: Per-member events are frequent in large groups: logged at debug, the rest at info.
-_DEBUG_EVENTS = frozenset({"group.member.joined", "group.probe.scheduled", "group.stable"})
+_DEBUG_EVENTS = frozenset({"group.member.joined", "group.probe.scheduled", "group.stable", "group.restored"})
 
 
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
@@ -104,12 +104,13 @@ class Telemetry:
             m.probes_scheduled.labels(group_id, fields["reason"]).inc()
         elif name == "group.probe.fired":
             m.probes_fired.labels(group_id, fields["reason"]).inc()
-        if name in _DEBUG_EVENTS:
-            log.debug(name, **{"group_id": group_id, "generation": generation, **fields})
-            return
+        elif name == "group.restored":  # loaded at start or taken over: what it holds now
+            m.warmups.labels(group_id).set(fields["warmups"])
+        elif name == "group.empty":  # nobody restores anything any more
+            m.warmups.labels(group_id).set(0)
         m.generation.labels(group_id).set(generation)
         m.members.labels(group_id).set(members)
-        log.info(name, **{"group_id": group_id, "generation": generation, **fields})
+        (log.debug if name in _DEBUG_EVENTS else log.info)(name, **{"group_id": group_id, "generation": generation, **fields})
 
 
 class RebalanceLog:

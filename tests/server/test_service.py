@@ -149,9 +149,15 @@ async def test_restart_keeps_generation_members_assignment_and_probe(tmp_path):
         before = (await first.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
         assert before.HasField("next_probe_ms")  # b is warming up
         assignments = {a.member_id: sorted(a.active()), b.member_id: sorted(b.active())}
+        warming = sum(len(m.warmup) for m in before.members)
     # A new server process on the same state directory, a little later.
     await clock.advance(2_000)
     async with running_server(state, clock=clock) as second:
+        # the per-group gauges are there at once (an audit's find: only after the next rebalance)
+        gauge = second.server.metrics.registry.get_sample_value
+        assert gauge("remote_leader_group_members", {"group": "app"}) == 2
+        assert gauge("remote_leader_group_generation", {"group": "app"}) == before.generation_id
+        assert gauge("remote_leader_warmups_in_flight", {"group": "app"}) == warming
         for w in (a, b):
             w.stub = second.stub
             hb = await w.heartbeat()
@@ -167,6 +173,10 @@ async def test_restart_keeps_generation_members_assignment_and_probe(tmp_path):
         # The restored probe still fires.
         responses = await run_for(clock, [a, b], before.next_probe_ms - clock.now_ms())
         assert responses[0].error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+        for w in (a, b):  # everyone gone: nothing restores any more (the gauge kept its last value)
+            assert (await w.leave()).error_code == epb.ERROR_CODE_NONE
+        assert gauge("remote_leader_group_members", {"group": "app"}) == 0
+        assert gauge("remote_leader_warmups_in_flight", {"group": "app"}) == 0
 
 
 async def test_restart_with_a_probe_time_stored_beyond_int64_answers(tmp_path):
