@@ -239,6 +239,7 @@ class LeaderServer:
         await store.open()
         rebalance_log = RebalanceLog(Path(s.state_dir) / "rebalance-log", s.rebalance_log_max_bytes, s.rebalance_log_backups)
         runner = AssignorRunner(processes=s.assignor_processes, min_process_tasks=s.assignor_process_min_tasks)
+        await runner.warm()
         self.coordinator = Coordinator(s.group_settings(), self.clock, self._timers(), store, rebalance_log, self.metrics,
                                        runner=runner)
         self.coordinator.ownership = self.ownership
