@@ -17,6 +17,7 @@ record) after the group last settled, and ends when it settles again.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,11 @@ def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int | No
     parsed = spark.read.parquet(str(out / "_parsed"))
     bad = parsed.where(F.col("error").isNotNull())
     good = parsed.where(F.col("error").isNull())
-    _require_records(parsed, bad, len(files))
+    try:
+        _require_records(parsed, bad, len(files))
+    except InvalidLog:  # refused: no report, and no scratch copy of the lines left behind
+        shutil.rmtree(out / "_parsed", ignore_errors=True)
+        raise
     records = good.dropDuplicates(["group_id", "generation", "time_ms"]).drop("error")
     records.orderBy("group_id", "time_ms", "generation").write.mode("overwrite").parquet(str(out / "records"))
     records = spark.read.parquet(str(out / "records"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -37,8 +38,8 @@ def register(subparsers) -> None:
 def run_analyze(args: argparse.Namespace) -> int:
     from pipeline.analytics import MAX_BUCKET_S, analyze
     from pipeline.rebalance_log import InvalidLog, expand_paths
-    from pipeline.spark import spark_session
-    from pipeline.sweep import argument_problem
+    from pipeline.spark import SparkStartError, spark_session
+    from pipeline.sweep import argument_problem, discard_out
 
     if args.bucket_s is not None and not 1 <= args.bucket_s <= MAX_BUCKET_S:
         print(f"analyze: --bucket-s: expected seconds in [1, {MAX_BUCKET_S}] (a year), got {args.bucket_s}",
@@ -49,17 +50,24 @@ def run_analyze(args: argparse.Namespace) -> int:
     except InvalidLog as error:
         print(f"analyze: {error}", file=sys.stderr)
         return 2
-    problem = argument_problem(args.out, args.partitions)
+    existed = Path(args.out).exists()
+    problem = argument_problem(args.out, args.partitions, args.master)
     if problem:
         print(f"analyze: {problem}", file=sys.stderr)
         return 2
     print(f"analyze: {len(files)} log files", file=sys.stderr)
-    spark = spark_session(args.master, app_name="remote-leader analyze")
+    try:
+        spark = spark_session(args.master, app_name="remote-leader analyze")
+    except SparkStartError as error:
+        print(f"analyze: {error}", file=sys.stderr)
+        discard_out(args.out, existed)
+        return 2
     try:
         data = analyze(spark, files, args.out, bucket_s=args.bucket_s, report=not args.no_report,
                        partitions=args.partitions)
     except InvalidLog as error:  # no line was a valid record: bad input, not an empty report
         print(f"analyze: {error}", file=sys.stderr)
+        discard_out(args.out, existed)
         return 2
     finally:
         spark.stop()

@@ -9,6 +9,7 @@ to every executor's path, so an installed copy of another version can never answ
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -21,6 +22,21 @@ from typing import Any
 
 DEFAULT_MASTER = "local[2]"
 _PACKAGES = ("assignor", "pipeline")
+#: The master URLs Spark knows (local[N], local[N,F], local-cluster[...], spark://, yarn, k8s://,
+#: mesos://): anything else ended in a Java stack and a Python traceback.
+_MASTER = re.compile(r"(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|spark://[^\s/]+|k8s://\S+|mesos://\S+)")
+
+
+class SparkStartError(RuntimeError):
+    """Spark did not start with the master given (``--master``): one line for people."""
+
+
+def master_problem(master: str | None) -> str | None:
+    """``--master`` checked before Spark starts: the problem, or None."""
+    if master is not None and not _MASTER.fullmatch(master):
+        return (f"--master: {master!r} is not a Spark master URL "
+                "(local[N], spark://host:port, yarn, k8s://https://host:port, mesos://host:port)")
+    return None
 
 
 def under_spark_submit() -> bool:
@@ -49,7 +65,11 @@ def spark_session(master: str | None = None, app_name: str = "remote-leader-pipe
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as error:  # a master that cannot be reached: Spark's own message is pages of Java
+        raise SparkStartError(f"--master {master or DEFAULT_MASTER}: Spark did not start "
+                              f"({type(error).__name__}: {' '.join(str(error).split())[:200]})") from None
     spark.sparkContext.setLogLevel("ERROR")
     ship_code(spark)
     return spark

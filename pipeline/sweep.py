@@ -14,6 +14,7 @@ rebalance), ``configs`` (per event and config: aggregates and rank), ``config_ra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -218,8 +219,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 MAX_PARTITIONS = 100_000
 
 
-def argument_problem(out: str, partitions: int | None) -> str | None:
-    """``--out`` and ``--partitions`` checked before Spark starts: the flag and the problem, or None."""
+def argument_problem(out: str, partitions: int | None, master: str | None = None) -> str | None:
+    """``--out``, ``--partitions`` and ``--master`` checked before Spark starts: the flag and the
+    problem, or None."""
+    from pipeline.spark import master_problem
+
+    if master_problem(master):
+        return master_problem(master)
     if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
         return f"--partitions: expected an integer in [1, {MAX_PARTITIONS}], got {partitions}"
     path = Path(out)
@@ -232,16 +238,25 @@ def argument_problem(out: str, partitions: int | None) -> str | None:
     return None
 
 
+def discard_out(out: str, existed: bool) -> None:
+    """A refused command leaves no ``--out`` behind that it created (``argument_problem``),
+    when nothing was written there."""
+    if not existed:
+        with contextlib.suppress(OSError):
+            Path(out).rmdir()
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from pipeline.simulation import InvalidSpec
-    from pipeline.spark import spark_session
+    from pipeline.spark import SparkStartError, spark_session
 
     try:
         plan = load_grid(args.grid)
     except InvalidSpec as error:
         print(f"simulate: invalid grid: {error}", file=sys.stderr)
         return 2
-    problem = argument_problem(args.out, args.partitions)
+    existed = Path(args.out).exists()
+    problem = argument_problem(args.out, args.partitions, args.master)
     if problem:
         print(f"simulate: {problem}", file=sys.stderr)
         return 2
@@ -249,7 +264,12 @@ def run_from_args(args: argparse.Namespace) -> int:
         print("simulate: the grid expands to no runnable runs", file=sys.stderr)
         return 2
     print(f"grid {plan.name!r}: {len(plan.runs)} runs, {len(plan.skipped)} combinations skipped", file=sys.stderr)
-    spark = spark_session(args.master, app_name=f"remote-leader simulate {plan.name}")
+    try:
+        spark = spark_session(args.master, app_name=f"remote-leader simulate {plan.name}")
+    except SparkStartError as error:
+        print(f"simulate: {error}", file=sys.stderr)
+        discard_out(args.out, existed)
+        return 2
     try:
         data = run_sweep(spark, plan, args.out, partitions=args.partitions, report=not args.no_report)
     finally:

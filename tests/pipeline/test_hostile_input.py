@@ -121,6 +121,9 @@ def test_a_binary_grid_file_names_the_flag(tmp_path):
         pytest.param(["--out", "{file}"], "--out: ", id="out-is-a-file"),
         pytest.param(["--out", "{dir}", "--partitions", "-3"], "--partitions: ", id="negative-partitions"),
         pytest.param(["--out", "{dir}", "--partitions", "0"], "--partitions: ", id="zero-partitions"),
+        # an audit's find: a Java stack and a Python traceback
+        pytest.param(["--out", "{dir}", "--master", "bogus://x"], "--master: ", id="master-not-a-url"),
+        pytest.param(["--out", "{dir}", "--master", "local[two]"], "--master: ", id="master-local-not-a-count"),
     ],
 )
 @pytest.mark.parametrize("command", ["simulate", "analyze"])
@@ -255,7 +258,7 @@ def test_analyze_with_no_valid_line_fails_in_one_line(analyze_cli, tmp_path, con
     assert message.startswith(f"analyze: LOGS: none of the {count} lines read from 1 file is a valid "
                               "rebalance-log record"), err
     assert problem in message, message
-    assert not (out / "report.html").exists() and not (out / "records").exists()
+    assert not out.exists()  # nothing left behind: no report, no scratch copy, no --out it created
 
 
 def test_analyze_with_some_valid_lines_still_reports(analyze_cli, tmp_path):
@@ -265,3 +268,31 @@ def test_analyze_with_some_valid_lines_still_reports(analyze_cli, tmp_path):
     assert code == 0, err
     counts = json.loads(stdout)
     assert (counts["records"], counts["bad_lines"]) == (1, 3)
+
+
+@pytest.mark.parametrize("command", ["simulate", "analyze"])
+def test_a_spark_that_does_not_start_fails_in_one_line(tmp_path, capsys, monkeypatch, log_file, command):
+    """A well-formed master that cannot be reached (the audit's spark://127.0.0.1:7) ended in
+    pages of Java and a Python traceback: one line naming --master, exit 2, no --out left."""
+    import pipeline.spark
+    from pipeline.cli import main
+
+    class Builder:  # what SparkSession.builder does with an unreachable master, without the 70 s
+        def __getattr__(self, _name):
+            return lambda *_args, **_kwargs: self
+
+        def getOrCreate(self):  # noqa: N802 - Spark's name
+            raise RuntimeError("[JAVA_GATEWAY_EXITED] Java gateway process exited\nbefore sending its port number.")
+
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(SparkSession, "builder", Builder())
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("events: [scale_out:1]\ngroup:\n  clients: 4\n")
+    source = ["--grid", str(grid)] if command == "simulate" else [str(log_file)]
+    out = tmp_path / "out"
+    assert main([command, *source, "--out", str(out), "--master", "spark://127.0.0.1:7"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"{command}: --master spark://127.0.0.1:7: Spark did not start (RuntimeError: "
+                   "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.)"), err
+    assert not out.exists()
