@@ -88,7 +88,7 @@ def _register_sidecar(subparsers) -> None:
     p.add_argument("--heartbeat-interval-ms", type=int, default=3_000,
                    help="how often the member heartbeats (with fresh lags); below the session timeout (default 3000)")
     p.add_argument("--apply-timeout-ms", type=int, default=30_000,
-                   help="how long an acknowledging watcher may take to apply an assignment")
+                   help="how long an acknowledging watcher may take to apply an assignment (default 30000)")
     p.add_argument("--state-dir", default=None, help="run the state cleaner on this state directory")
     p.add_argument("--state-cleanup-delay-ms", type=int, default=600_000,
                    help="with --state-dir: delete state of tasks unassigned for this long (default 600000)")
@@ -143,6 +143,9 @@ def run_sidecar(args: argparse.Namespace) -> int:
         _check_range("--session-timeout-ms", args.session_timeout_ms, 1, MAX_INT)
         _check_range("--heartbeat-interval-ms", args.heartbeat_interval_ms, 1, MAX_INT)
         _check_range("--apply-timeout-ms", args.apply_timeout_ms, 0, MAX_INT)
+        if args.heartbeat_interval_ms >= args.session_timeout_ms:  # by flag, before MemberConfig says it by field
+            raise ValueError(f"--heartbeat-interval-ms: {args.heartbeat_interval_ms} must be below "
+                             f"--session-timeout-ms ({args.session_timeout_ms}; Kafka: about a third)")
         _check_range("--state-cleanup-delay-ms", args.state_cleanup_delay_ms, 0, MAX_LONG)
         _check_address("--server", args.server, several=True)
         _check_address("--listen", args.listen, port_zero=True)

@@ -148,11 +148,13 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]):
     from server.app import Settings
 
     values: dict[str, Any] = {}
+    from_environment: dict[str, str] = {}  # flag -> the variable its value came from
     for flag, name, env, kind in _SETTINGS:
         raw = getattr(args, name, None)
         source = flag
         if raw is None and environ.get(env, "") != "":
             raw, source = environ[env], env
+            from_environment[flag] = env
         if raw is None:
             continue
         try:
@@ -169,7 +171,13 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str]):
     if early is not None:
         values["early_probe"] = early
     settings = Settings(**values)
-    _check(settings)
+    try:
+        _check(settings)
+    except SettingsError as error:  # named as the operator set it: REMOTE_LEADER_LIVE_PAGE, not --live-page
+        flag, _, rest = str(error).partition(":")
+        if flag in from_environment:
+            raise SettingsError(f"{from_environment[flag]}:{rest}") from None
+        raise
     return settings
 
 

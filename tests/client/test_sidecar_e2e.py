@@ -160,6 +160,9 @@ def _run_sidecar_cli(tmp_path, *flags: str, topology: str = TOPOLOGY, server: st
     pytest.param([], TOPOLOGY, "", "--server", id="server-empty"),
     pytest.param([], TOPOLOGY, ",", "--server", id="server-comma"),
     pytest.param(["--log-level", "bogus"], TOPOLOGY, "127.0.0.1:1", "--log-level", id="log-level-bogus"),
+    # an audit's find: named by the member's fields (heartbeat_interval_ms), not by the flags
+    pytest.param(["--session-timeout-ms", "100"], TOPOLOGY, "127.0.0.1:1", "--heartbeat-interval-ms: 3000 must be "
+                 "below --session-timeout-ms", id="heartbeat-not-below-session"),
 ])
 def test_sidecar_refuses_bad_arguments_in_one_line_with_exit_2(tmp_path, flags, topology, server, named):
     proc = _run_sidecar_cli(tmp_path, *flags, topology=topology, server=server)

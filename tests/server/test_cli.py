@@ -46,6 +46,18 @@ def test_unknown_event_loop_names_the_flag():
         cli.settings_from(_args(event_loop="trio"), {})
 
 
+@pytest.mark.parametrize(("environ", "message"), [
+    # an audit's find: a bad value from the environment was named by the flag nobody gave
+    pytest.param({"REMOTE_LEADER_LIVE_PAGE": "xx"}, "^REMOTE_LEADER_LIVE_PAGE: expected one of loopback, on, off",
+                 id="live-page"),
+    pytest.param({"REMOTE_LEADER_EVENT_LOOP": "trio"}, "^REMOTE_LEADER_EVENT_LOOP: expected one of", id="event-loop"),
+    pytest.param({"REMOTE_LEADER_MAX_GROUPS": "0"}, "^REMOTE_LEADER_MAX_GROUPS: must be >= 1", id="limit"),
+])
+def test_a_bad_value_from_the_environment_names_the_variable(environ, message):
+    with pytest.raises(cli.SettingsError, match=message):
+        cli.settings_from(_args(), environ)
+
+
 def test_asyncio_choice_runs_the_standard_loop():
     assert cli._event_loop_runner("asyncio") is asyncio.run
 
