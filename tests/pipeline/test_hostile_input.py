@@ -274,7 +274,6 @@ def test_analyze_with_some_valid_lines_still_reports(analyze_cli, tmp_path):
 def test_a_spark_that_does_not_start_fails_in_one_line(tmp_path, capsys, monkeypatch, log_file, command):
     """A well-formed master that cannot be reached (the audit's spark://127.0.0.1:7) ended in
     pages of Java and a Python traceback: one line naming --master, exit 2, no --out left."""
-    import pipeline.spark
     from pipeline.cli import main
 
     class Builder:  # what SparkSession.builder does with an unreachable master, without the 70 s
