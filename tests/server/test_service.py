@@ -138,16 +138,22 @@ async def test_malformed_calls_are_invalid_argument(leader, method, request_, fi
     assert caught.value.details().startswith(f"{field}:"), caught.value.details()
 
 
+async def _warming_pair(running) -> tuple[Worker, Worker, pb.GroupDescription]:
+    """a runs three tasks, b has joined with no state and warms up: (a, b, the description)."""
+    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
+    a = running.worker(port=7001, config=config, task_lags={"0_0": LATEST, "0_1": LATEST, "0_2": LATEST})
+    b = running.worker(port=7002, config=config)
+    await rebalance(running.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    described = (await running.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
+    assert described.HasField("next_probe_ms")  # b is warming up
+    return a, b, described
+
+
 async def test_restart_keeps_generation_members_assignment_and_probe(tmp_path):
     state = tmp_path / "state"
     clock = FakeClock()
-    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
     async with running_server(state, clock=clock) as first:
-        a = first.worker(port=7001, config=config, task_lags={"0_0": LATEST, "0_1": LATEST, "0_2": LATEST})
-        b = first.worker(port=7002, config=config)
-        await rebalance(clock, [a, b], advance_ms=INITIAL_DELAY_MS)
-        before = (await first.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
-        assert before.HasField("next_probe_ms")  # b is warming up
+        a, b, before = await _warming_pair(first)
         assignments = {a.member_id: sorted(a.active()), b.member_id: sorted(b.active())}
         warming = sum(len(m.warmup) for m in before.members)
     # A new server process on the same state directory, a little later.
@@ -185,12 +191,8 @@ async def test_restart_with_a_probe_time_stored_beyond_int64_answers(tmp_path):
     answers again after the restart (it failed every call with INTERNAL, restart or not)."""
     state = tmp_path / "state"
     clock = FakeClock()
-    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
     async with running_server(state, clock=clock) as first:
-        a = first.worker(port=7001, config=config, task_lags={"0_0": LATEST, "0_1": LATEST, "0_2": LATEST})
-        b = first.worker(port=7002, config=config)
-        await rebalance(clock, [a, b], advance_ms=INITIAL_DELAY_MS)
-        assert (await first.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group.HasField("next_probe_ms")
+        a, _b, _ = await _warming_pair(first)
     beyond = 2**63 + 1_000
     with sqlite3.connect(state / "state.db") as db:
         (document,) = db.execute("SELECT snapshot FROM groups WHERE group_id = 'app'").fetchone()
