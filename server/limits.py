@@ -65,7 +65,7 @@ def _over(limits: Limits, name: str, value: int, what: str, code: grpc.StatusCod
         raise LimitExceeded(name, f"{what}: {value} exceeds {name} = {maximum}", code)
 
 
-def check_topology(limits: Limits, topology: Any, where: str) -> int:
+def check_topology(limits: Limits, topology: Any, where: str) -> tuple[int, int]:
     """Partitions per topic and per group, subtopologies, tasks (one task per partition of a
     subtopology's widest source topic, as Kafka Streams forms them) and store partitions (each
     task's state stores). The answers grow with what is counted: SyncGroup's host maps list
@@ -75,8 +75,8 @@ def check_topology(limits: Limits, topology: Any, where: str) -> int:
     otherwise buy the server gigabytes of answer. A topic of unknown size (``partition_count``
     0) counts as one partition, so its listing and its subtopology's stores count too (at 0 a
     join of a million stores got in, and kept 200 MB). Each sum is checked as it grows: a long
-    request is refused at its first subtopology over a limit. Returns the stateful tasks (of
-    subtopologies with a logged store), which the standbys multiply."""
+    request is refused at its first subtopology over a limit. Returns the tasks and the stateful
+    ones (of subtopologies with a logged store), which the standbys multiply."""
     _over(limits, "max_subtopologies", len(topology.subtopologies), f"{where}.subtopologies")
     partitions = tasks = store_partitions = stateful = 0
     for i, sub in enumerate(topology.subtopologies):
@@ -95,7 +95,7 @@ def check_topology(limits: Limits, topology: Any, where: str) -> int:
         _over(limits, "max_partitions_per_group", partitions, f"{where} partitions")
         _over(limits, "max_tasks_per_group", tasks, f"{where} tasks")
         _over(limits, "max_store_partitions_per_group", store_partitions, f"{where} store partitions")
-    return stateful
+    return tasks, stateful
 
 
 def _check_replicas(limits: Limits, name: str, tasks: int, stateful: int, standbys: int, where: str) -> None:
@@ -121,8 +121,7 @@ def check_join(limits: Limits, request: Any) -> None:
     if request.HasField("subscription"):
         sub = request.subscription
         if sub.HasField("topology"):
-            stateful = check_topology(limits, sub.topology, "subscription.topology")
-            tasks = sum(max((t.partition_count for t in s.source_topics), default=0) for s in sub.topology.subtopologies)
+            tasks, stateful = check_topology(limits, sub.topology, "subscription.topology")
             _check_replicas(limits, "max_replicas_per_group", tasks, stateful,
                             max(sub.config.num_standby_replicas, 0), "subscription.config.num_standby_replicas")
         check_lag_report(limits, sub.lags, "subscription.lags")
