@@ -281,6 +281,11 @@ class NotCoordinator(Exception):
         self.message = message
 
 
+class StoreUnavailable(NotCoordinator):
+    """A write that PostgreSQL did not take (unreachable, a connection lost): this replica
+    cannot serve the group until it reloads it; not a takeover (no fenced write is counted)."""
+
+
 @dataclass(frozen=True, slots=True)
 class QueryHost:
     process_id: str

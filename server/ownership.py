@@ -302,9 +302,10 @@ class Ownership:
             if self.metrics is not None:
                 self.metrics.leases_held.set(len(self.leases))
 
-    async def lost(self, group_id: str) -> None:
-        """A write of this group was fenced: another replica owns it now."""
-        if self.metrics is not None:
+    async def lost(self, group_id: str, *, fenced: bool = True) -> None:
+        """A write of this group was fenced (another replica owns it now), or not taken
+        (``fenced`` false: PostgreSQL unreachable): unload it; the next call reloads it."""
+        if fenced and self.metrics is not None:
             self.metrics.fenced_writes.inc()
         if group_id in self.leases:
             await self._drop(group_id)

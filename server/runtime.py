@@ -53,6 +53,7 @@ from server.model import (
     NotCoordinator,
     ReplicaInfo,
     RouteAnswer,
+    StoreUnavailable,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -310,9 +311,9 @@ class Coordinator:
             if writes:
                 try:
                     await asyncio.gather(*writes)
-                except NotCoordinator:  # fenced: another replica owns the group; answer nothing of it
+                except NotCoordinator as error:  # fenced, or not durable: answer nothing of it
                     if self.ownership is not None:
-                        await self.ownership.lost(group_id)
+                        await self.ownership.lost(group_id, fenced=not isinstance(error, StoreUnavailable))
                     raise
             self._deliver(replies)
             for compute in computes:

@@ -21,7 +21,7 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from server.model import NotCoordinator
+from server.model import NotCoordinator, StoreUnavailable
 from server.ownership import Ownership
 from server.store import GroupStore
 
@@ -196,7 +196,7 @@ class PostgresStore(GroupStore):
             # Not durable: the caller unloads the group (as for a fenced write) and it comes back
             # from its last durable snapshot; the members are told NOT_COORDINATOR and retry.
             log.warning("store.write.failed", group_id=group_id, error=type(error).__name__)
-            raise NotCoordinator(None, f"PostgreSQL unreachable: {type(error).__name__}") from None
+            raise StoreUnavailable(None, f"PostgreSQL unreachable: {type(error).__name__}") from None
         if written is None:
             log.warning("store.write.fenced", group_id=group_id, epoch=epoch)
             raise FencedWrite(None, f"group {group_id!r}: lease epoch {epoch} was taken over")
