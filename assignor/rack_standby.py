@@ -41,6 +41,9 @@ from assignor.ranking import Ranking
 from assignor.target import Group
 
 SEARCH_BUDGET = 2_000_000  # partner checks per call, over all passes
+# Partner checks one pairing of two zones costs beyond its slots (a numpy call is some tens of
+# them) in the traffic pass's budget
+PAIRING_COST = 32
 # Locations weighed and clients looked at by spread searches, per standby of the group
 # (``_Standbys.spread_budget``): where most standbys cannot spread further (client tags of
 # many keys, each location a handful of clients), every pass tried every location for every
@@ -611,11 +614,20 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
         if source not in slots or dest not in slots:
             continue
         # Prices are fixed, so the cost deltas of a whole zone come at once (numpy); only
-        # candidates that lower the cost get the state checks, as one by one before.
+        # candidates that lower the cost get the state checks, as one by one before. Each
+        # pairing is charged to the search budget (a numpy call, and a check per slot): with
+        # client tags of many values nearly every client is a zone of its own, and the pairs of
+        # thousands of zones were uncounted work (minutes, past any budget).
+        state.budget -= PAIRING_COST + len(deltas[source].tasks)
+        if state.budget < 0:
+            return changed
         movers = deltas[source].movable(state, dest, 0)
         if not movers:
             continue
         movers.sort()
+        state.budget -= PAIRING_COST + len(deltas[dest].tasks)
+        if state.budget < 0:
+            return changed
         # Partners are met in increasing delta and never past -movers[0][0] (the pairing
         # below stops there): only that prefix of the sorted list is built.
         partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
@@ -729,6 +741,10 @@ class _ZoneDeltas:
         keep = np.flatnonzero((delta < bound) & (~self.single | (shared_there <= self.shared_here)))
         holders, single = state.holders, self.single[keep].tolist()
         def not_worse(t: int, c: int, there: tuple) -> bool:
+            # past the spread budget no new table of moves is worked out: a task not yet
+            # weighed is taken as worse (it stays, as past any budget)
+            if state.moves_of[t] is None and state.spread_budget <= 0:
+                return False
             return state.moves(t)[holders[t].index(c), there] <= 0
         return [
             (d, t, c)

@@ -508,3 +508,43 @@ def test_settles_then_returns_its_input_unchanged(group, config, strategy):
     again = assign(tasks, settled_clients, config)
     assert again.clients == results[-1].clients
     assert not again.probing_rebalance_needed
+
+
+def _many_zones_case():
+    """48 clients, each a rack of its own (and a location of its own: three tag keys of 4
+    values), one standby per task, every task's input in two other racks: every client is a
+    zone of the traffic pass, and there are 48 x 47 ordered pairs of zones to pair."""
+    clients = [ClientState(f"c{i:02d}", rack=f"r{i}", tags=MappingProxyType({f"k{k}": f"v{(i >> (2 * k)) & 3}"
+                                                                              for k in range(3)}))
+               for i in range(48)]
+    specs = [TaskSpec(TaskId(0, p), True, 100, (_tp("t", p, f"r{(p + 7) % 48}", f"r{(p + 19) % 48}"),))
+             for p in range(96)]
+    actives = {spec.id: clients[p % 48].id for p, spec in enumerate(specs)}
+    standbys = {spec.id: (clients[(p + 1) % 48].id,) for p, spec in enumerate(specs)}
+    config = AssignmentConfig(num_standby_replicas=1, rack_aware_strategy="min_traffic",
+                              rack_aware_assignment_tags=("k0", "k1", "k2"))
+    return Group.of(specs, clients), actives, standbys, config
+
+
+def test_the_traffic_pass_s_pairings_are_charged_to_the_search_budget(monkeypatch):
+    """The traffic pass pairs every ordered pair of (rack, location) zones. With client tags of
+    many values nearly every client is a zone of its own, and those pairings were not counted:
+    50,000 tasks on 5,000 clients (64 racks, 3 standbys, 5 tag keys) ran past 15 minutes. Each
+    pairing now costs PAIRING_COST plus its zone's slots of the search budget, and the pass
+    stops when it is spent (the standbys stay as the last swap left them)."""
+    group, actives, standbys, config = _many_zones_case()
+    pairings = []
+    movable = rack_standby._ZoneDeltas.movable
+    monkeypatch.setattr(rack_standby._ZoneDeltas, "movable",
+                        lambda self, *args: pairings.append(len(self.tasks)) or movable(self, *args))
+    unbounded = optimize_standbys(group, actives, standbys, config)
+    full = len(pairings)
+    assert full > 1_000  # the pass meets many pairs of zones here
+    pairings.clear()
+    budget = 40 * (rack_standby.PAIRING_COST + 2)
+    monkeypatch.setattr(rack_standby, "SEARCH_BUDGET", budget)
+    bounded = optimize_standbys(group, actives, standbys, config)
+    assert pairings and sum(rack_standby.PAIRING_COST + slots for slots in pairings) <= budget
+    for out in (bounded, unbounded):
+        assert Counter(h for hs in out.values() for h in hs) == Counter(h for hs in standbys.values() for h in hs)
+        assert all(actives[task] not in holders for task, holders in out.items())
