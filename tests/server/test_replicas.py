@@ -255,8 +255,14 @@ async def test_connections_closed_under_the_pool_fail_no_call(tmp_path, postgres
     async with replica(tmp_path, postgres_dsn, "r1") as first:
         workers = await stable_group(first)
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE pid <> pg_backend_pid() AND datname = current_database()")
+            killed = [row[0] for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()")]
+            for pid in killed:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            for _ in range(500):  # a termination completes after the call: wait until they are all gone
+                if not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (killed,)).fetchone()[0]:
+                    break
+                await asyncio.sleep(0.01)
         newcomer = Worker(first.stub, group_id="app")
         workers.append(newcomer)
         joins = [asyncio.create_task(w.join()) for w in workers]
