@@ -13,8 +13,9 @@ strictly improves, in this order (KIP-925 C's list):
    relaxed by this very measure, not an error. Swaps lowering the two tasks' sum are taken,
    else a move lowering the task's own (a free client of another location: counts alone would
    keep the standby beside its active, KIP-708's first rule).
-2. *traffic* (KIP-925 C.I, "Balance reliability over cost"): swaps between two racks that
-   lower traffic + non-overlap cost and leave neither task's spread worse.
+2. *traffic* (KIP-925 C.I, "Balance reliability over cost"): swaps that lower traffic +
+   non-overlap cost and leave neither task's spread worse: between two racks, and wherever a
+   standby goes back to one of its anchors (``_AnchorReturns``).
 
 With the high-availability assignor a change may also never raise the number of the tasks'
 standbys that sit on clients not caught up on them: rack awareness reshapes the target, but
@@ -30,8 +31,9 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import operator
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -58,7 +60,9 @@ SPREAD_BUDGET = 500
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
 MAX_ROUNDS = 50
 LOSS_INDEX_AFTER = 10_000  # partner checks after which the spread search builds its loss index
-REMEMBER_FAILED = True  # skip a spread search that found nothing, while nothing it reads has changed
+REMEMBER_FAILED = True  # skip a search that found nothing, while nothing it reads has changed
+RECHECK_LIMIT = 64  # relocations since a failed search beyond which it is run again in full
+CHECK_LIMIT = 256  # partner checks of a zone pair's recheck beyond which it is run again in full
 
 
 class _Standbys:
@@ -88,6 +92,8 @@ class _Standbys:
         self.budget = SEARCH_BUDGET
         self.spread_budget = SPREAD_BUDGET * sum(map(len, self.holders))
         self.swapped: set[int] = set()
+        self.log: list[int] = []  # every relocation's task, in order
+        self.moves_at = dict.fromkeys(self.classes, 0)  # moves to or from a location: only these change room
         # For whole zones at once (``_ZoneDeltas``): each task's active location, and whether it
         # has one standby (swaps keep every task's count, so this never changes).
         locations = np.array(self.loc, dtype=np.int64).reshape(len(self.clients), len(values))
@@ -107,7 +113,9 @@ class _Standbys:
         # few that are not (reported lags beyond it) instead.
         self.ready: list[frozenset[int]] | None = None
         self.everywhere_but: dict[int, frozenset[int]] = {}
-        if ranking is not None:
+        # A fresh group (no task reported, none whole within the lag) is told at once.
+        if ranking is not None and (any(map(ranking.holders.get, self.tasks))
+                                    or not all(map(ranking.absent.__getitem__, self.tasks))):
             self.ready = []
             for task, task_id in enumerate(self.tasks):
                 ranks = ranking.holders.get(task_id, {})
@@ -144,16 +152,19 @@ class _Standbys:
         for client in range(len(self.clients)):
             self._file_room(client)
         self.losses: _Losses | None = None  # built once partner searches have cost LOSS_INDEX_AFTER checks
-        # Searches that found no partner, and what they read: each location's version moves when
-        # a swap touches a client there or a task with a standby there; a task's when it swaps.
-        self.class_version = dict.fromkeys(self.classes, 0)
+        # Searches that found nothing, and when: the length of their location's log (every task
+        # relocated while holding, or to, a standby there) and the task's version; a search for
+        # room, the moves at both locations. Only what changed since can change their outcome.
         self.task_version = [0] * len(self.tasks)
-        self.failed: dict[tuple, tuple[int, int, int]] = {}
-        # Likewise for the traffic pass: zones (rack, location) and their versions, and the zone
-        # pairs whose last run swapped nothing, with the versions it read.
+        self.failed: dict[tuple, tuple[int, int]] = {}
+        self.location_logs: dict[tuple[int, ...], list[int]] = {cls: [] for cls in self.classes}
+        self.location_log = [self.location_logs[cls] for cls in self.loc]  # per client, its location's
+        # Likewise for the traffic pass: each client's zone (rack, location), the zones' logs, and
+        # the zone pairs whose last pairing swapped nothing, with what it read.
         self.zone_of: list[tuple] | None = None
-        self.zone_version: dict[tuple, int] = {}
-        self.quiet: dict[tuple, tuple[int, int]] = {}
+        self.zone_logs: dict[tuple, list[int]] = {}
+        self.zone_log: list[list[int]] | None = None
+        self.quiet: dict[tuple, _QuietPair] = {}
 
     def ready_for(self, task: int, client: int) -> bool:
         """Is ``client`` caught up on ``task``? (Only with readiness: ``ready`` not None.)"""
@@ -241,6 +252,8 @@ class _Standbys:
 
     def move(self, task: int, client: int, there: int) -> None:
         """``task`` moves from ``client`` to ``there`` alone (``may_move``)."""
+        self.moves_at[self.loc[client]] += 1
+        self.moves_at[self.loc[there]] += 1
         self._relocate(task, client, there)
         self._file_room(client)
         self._file_room(there)
@@ -252,9 +265,9 @@ class _Standbys:
         self.task_version[who] += 1
         self.moves_of[who] = None
         for holder in (*holders, arrive):
-            self.class_version[self.loc[holder]] += 1
-            if self.zone_of is not None:
-                self.zone_version[self.zone_of[holder]] += 1
+            self.location_log[holder].append(who)
+            if self.zone_log is not None:
+                self.zone_log[holder].append(who)
         holders[holders.index(leave)] = arrive
         holders.sort()
         self.on_client[leave].discard(who)
@@ -267,6 +280,7 @@ class _Standbys:
             self.restoring_at[self.loc[arrive]].add(arrive)
         self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
         self.swapped.add(who)
+        self.log.append(who)
         if self.losses is not None:
             self.losses.add(who)
 
@@ -296,8 +310,11 @@ def spread_and_swap_standbys(
     state = _Standbys(group, actives, standbys, location, ranking, windows)
     if not state.tasks:
         return dict(standbys)
-    pricing = None
-    if traffic is not None:
+    pricing = returns = None
+    # Without a traffic cost there is no traffic to trade and the standbys stay as placed
+    # (Kafka's shouldRemainOriginalAssignmentWithoutTrafficCostForMinCostStrategy): a swap
+    # could only put a standby back on a previous holder, for stickiness alone.
+    if traffic is not None and traffic[2][0] > 0:
         cross, racks, costs = traffic
         stateful_row = index_of(group.stateful)
         rows = np.array([stateful_row[t] for t in state.tasks], dtype=np.int64)
@@ -313,6 +330,8 @@ def spread_and_swap_standbys(
         changed = _spread_pass(state)
         if pricing is not None:
             changed = _traffic_pass(state, pricing) or changed
+            returns = returns or _AnchorReturns(state, pricing, settled=anchors is None)
+            changed = returns.run(state, pricing) or changed
         if not changed:
             break
     return state.result(standbys)
@@ -366,7 +385,7 @@ def _find_room(state: _Standbys, task: int, client: int, cls: tuple[int, ...]) -
     if not room or len(state.on_client[client]) <= state.floor[client]:
         return None
     search = (task, client, cls, None)
-    seen = (state.class_version[cls], state.class_version[state.loc[client]], state.task_version[task])
+    seen = (state.moves_at[cls], state.moves_at[state.loc[client]], state.task_version[task])
     if REMEMBER_FAILED and state.failed.get(search) == seen:
         return None
     candidates: Collection[int] = room
@@ -387,14 +406,15 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
 
     Scans every client of the location (from a rotating start, so that successive searches
     spread their swaps), hence "none found" does not depend on where the scan began, and holds
-    until a swap touches the location, the mover's or the mover itself (``_Standbys.failed``).
+    while the mover stays and no task relocated since offers itself (``_still_no_partner``).
     """
     members = state.members[cls]
     start = state.cursor[cls]
     arriving = state.loc[client]
     search = (task, client, cls, gain)
-    seen = (state.class_version[cls], state.class_version[arriving], state.task_version[task])
-    if REMEMBER_FAILED and state.failed.get(search) == seen:
+    failed = state.failed.get(search) if REMEMBER_FAILED else None
+    if failed is not None and failed[1] == state.task_version[task] and (
+            failed[0] == len(state.location_logs[cls]) or _still_no_partner(state, failed[0], task, client, cls, gain)):
         return None
     if state.losses is None and SEARCH_BUDGET - state.budget >= LOSS_INDEX_AFTER:
         state.losses = _Losses(state)
@@ -421,8 +441,27 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
             if loss < gain:
                 state.cursor[cls] = (state.position_in_class[other_client] + 1) % len(members)
                 return other_client, other
-    state.failed[search] = seen
+    state.failed[search] = (len(state.location_logs[cls]), state.task_version[task])
     return None
+
+
+def _still_no_partner(state: _Standbys, since: int, task: int, client: int, cls: tuple[int, ...], gain: int) -> bool:
+    """Does a search that found no partner, the mover unchanged, still find none? Every
+    candidate it refused is as it was unless logged at ``cls`` since, so only those are checked,
+    as the search would (past RECHECK_LIMIT of them it runs again in full)."""
+    log = state.location_logs[cls]
+    if len(log) - since > RECHECK_LIMIT:
+        return False
+    arriving, loc = state.loc[client], state.loc
+    for other in set(log[since:]):
+        for other_client in state.holders[other]:
+            if (loc[other_client] == cls and state.may_take(task, other_client)
+                    and other in _partner_candidates(state, task, client, other_client)
+                    and state.may_take(other, client) and not state.restores_more(task, client, other, other_client)
+                    and state.spread_if(other, other_client, arriving) - state.spread_now(other) < gain):
+                return False
+    state.failed[(task, client, cls, gain)] = (len(log), state.task_version[task])
+    return True
 
 
 class _Losses:
@@ -569,6 +608,7 @@ class _Pricing:
         self.client_rack = client_rack
         self.traffic, self.non_overlap = costs
         self.anchored = anchored
+        self.anchor_rows = _rows(anchored, max(map(len, anchored), default=0))  # the same, for numpy
         self.racks = racks
 
     def cost(self, task: int, client: int) -> int:
@@ -587,76 +627,361 @@ def _traffic_pass(state: _Standbys, pricing: _Pricing) -> bool:
 
     A zone is a (rack, location) pair: within one, a standby's spread and traffic are fixed,
     so each side of a swap is filtered once for "spread not worse" before pairing, and the
-    pairing only meets candidates that are rejected for distinct clients or exact cost.
+    pairing only meets candidates that are rejected for distinct clients or exact cost. A pair
+    that swapped nothing is only rechecked (``_still_quiet``) until it may swap again.
     """
     if state.zone_of is None:
         state.zone_of = [(pricing.client_rack[c], state.loc[c]) for c in range(len(state.clients))]
-        state.zone_version = dict.fromkeys(state.zone_of, 0)
-    zone_of, version = state.zone_of, state.zone_version
-    zones = sorted(version)
-    at_start = dict(version)
-    pairs = [(source, dest) for source in zones for dest in zones if source[0] != dest[0]
-             and not (REMEMBER_FAILED and state.quiet.get((source, dest)) == (version[source], version[dest]))]
-    if not pairs:
-        return False
+        state.zone_logs = {zone: [] for zone in state.zone_of}
+        state.zone_log = [state.zone_logs[zone] for zone in state.zone_of]
+    zones = sorted(state.zone_logs)
     changed = False
-    slots = _slots_by_zone(state, zone_of)
+    slots: dict[tuple, tuple[np.ndarray, np.ndarray]] | None = None  # taken when a pair first needs them
+    deltas: dict[tuple, _ZoneDeltas] = {}
     readiness_narrows = state.ready is not None and not state.everywhere_but
-    deltas = {zone: _ZoneDeltas(pricing, state, zone, tasks, clients) for zone, (tasks, clients) in slots.items()}
-    for source, dest in pairs:
-        stamp = (version[source], version[dest])
-        if REMEMBER_FAILED and state.quiet.get((source, dest)) == stamp:
+    zone_logs = state.zone_logs
+    for source, dest in [(source, dest) for source in zones for dest in zones if source[0] != dest[0]]:
+        record = state.quiet.pop((source, dest), None)
+        if REMEMBER_FAILED and record is not None and (
+                record.since == (len(zone_logs[source]), len(zone_logs[dest]))
+                or _still_quiet(state, pricing, record, source, dest)):
+            state.quiet[(source, dest)] = record
             continue
-        # A pair that swaps nothing, on zones unchanged since this pass took its slots, swaps
-        # nothing again until a swap touches one of them (``_Standbys.quiet``).
-        if stamp == (at_start[source], at_start[dest]):
-            state.quiet[(source, dest)] = stamp
-        if source not in slots or dest not in slots:
-            continue
-        # Prices are fixed, so the cost deltas of a whole zone come at once (numpy); only
-        # candidates that lower the cost get the state checks, as one by one before. Each
-        # pairing is charged to the search budget (a numpy call, and a check per slot): with
-        # client tags of many values nearly every client is a zone of its own, and the pairs of
-        # thousands of zones were uncounted work (minutes, past any budget).
-        state.budget -= PAIRING_COST + len(deltas[source].tasks)
         if state.budget < 0:
             return changed
-        movers = deltas[source].movable(state, dest, 0)
-        if not movers:
-            continue
-        movers.sort()
-        state.budget -= PAIRING_COST + len(deltas[dest].tasks)
-        if state.budget < 0:
-            return changed
-        # Partners are met in increasing delta and never past -movers[0][0] (the pairing
-        # below stops there): only that prefix of the sorted list is built.
-        partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
-        used = [False] * len(partners)
-        first = 0
-        ready_partners = _ReadyPartners(state, partners, used) if readiness_narrows else None
-        for delta_t, task, client in movers:
-            while first < len(partners) and used[first]:
-                first += 1
-            tried = 0
-            indices = range(first, len(partners)) if ready_partners is None \
-                else ready_partners.allowed(task, client, first)
-            for index in indices:
-                delta_u, other, other_client = partners[index]
-                if delta_t + delta_u >= 0 or tried == LOOKAHEAD:
-                    break
-                if used[index]:
-                    continue
-                if other_client not in state.holders[other]:
-                    used[index] = True
-                    continue
-                if state.restores_more(task, client, other, other_client):
-                    continue  # never a candidate: not counted against the lookahead
-                tried += 1
-                if _traffic_swap_ok(state, pricing, task, client, other, other_client):
-                    state.swap(task, client, other, other_client)
-                    used[index] = changed = True
-                    break
+        if slots is None:
+            since = {zone: len(log) for zone, log in state.zone_logs.items()}
+            slots = _slots_by_zone(state, state.zone_of)
+        for zone in (source, dest):
+            if zone in slots and zone not in deltas:
+                deltas[zone] = _ZoneDeltas(pricing, state, zone, *slots[zone])
+        movers, partners, ready_partners, full = [], [], None, False
+        if source in deltas and dest in deltas:
+            # Prices are fixed, so the cost deltas of a whole zone come at once (numpy); only
+            # candidates that lower the cost get the state checks, as one by one before. Each
+            # pairing is charged to the search budget (a numpy call, and a check per slot): with
+            # client tags of many values nearly every client is a zone of its own, and the pairs of
+            # thousands of zones were uncounted work (minutes, past any budget).
+            state.budget -= PAIRING_COST + len(deltas[source].tasks)
+            if state.budget < 0:
+                return changed
+            movers = deltas[source].movable(state, dest, 0)
+        if movers:
+            movers.sort()
+            state.budget -= PAIRING_COST + len(deltas[dest].tasks)
+            if state.budget < 0:
+                return changed
+            # Partners are met in increasing delta and never past -movers[0][0] (the pairing
+            # below stops there): only that prefix of the sorted list is built.
+            partners = sorted(deltas[dest].movable(state, source, -movers[0][0]))
+            used = [False] * len(partners)
+            ready_partners = _ReadyPartners(state, partners, used) if readiness_narrows else None
+            swapped, full = _pair_zones(state, pricing, movers, partners, used, ready_partners)
+            if swapped:
+                changed = True
+                continue
+        state.quiet[(source, dest)] = _QuietPair((since[source], since[dest]), movers, partners, ready_partners, full)
     return changed
+
+
+def _pair_zones(state: _Standbys, pricing: _Pricing, movers: list, partners: list, used: list[bool],
+                ready_partners: _ReadyPartners | None) -> tuple[bool, bool]:
+    """The pairing of one zone pair: (anything swapped, a mover gave up after LOOKAHEAD tries)."""
+    changed = full = False
+    first = 0
+    for delta_t, task, client in movers:
+        while first < len(partners) and used[first]:
+            first += 1
+        tried = 0
+        indices = range(first, len(partners)) if ready_partners is None \
+            else ready_partners.allowed(task, client, first)
+        for index in indices:
+            delta_u, other, other_client = partners[index]
+            if delta_t + delta_u >= 0:
+                break
+            if tried == LOOKAHEAD:
+                full = True
+                break
+            if used[index]:
+                continue
+            if other_client not in state.holders[other]:
+                used[index] = True
+                continue
+            if state.restores_more(task, client, other, other_client):
+                continue  # never a candidate: not counted against the lookahead
+            tried += 1
+            if _traffic_swap_ok(state, pricing, task, client, other, other_client):
+                state.swap(task, client, other, other_client)
+                used[index] = changed = True
+                break
+    return changed, full
+
+
+class _QuietPair:
+    """A zone pair's last pairing that swapped nothing: the lengths of its zones' logs when its
+    slots were taken, its movers and partners (sorted), and whether a mover gave up on LOOKAHEAD."""
+
+    __slots__ = ("since", "movers", "partners", "ready_partners", "full", "index")
+
+    def __init__(self, since: tuple[int, int], movers: list, partners: list,
+                 ready_partners: _ReadyPartners | None, full: bool) -> None:
+        self.since, self.movers, self.partners = since, movers, partners
+        self.ready_partners, self.full = ready_partners, full
+        self.index: tuple[dict, dict, list[int]] | None = None  # movers by task, by client; restoring ones
+
+
+def _still_quiet(state: _Standbys, pricing: _Pricing, record: _QuietPair, source: tuple, dest: tuple) -> bool:
+    """Would the pair swap nothing again? Its pairing refused every pair of its movers and
+    partners, none giving up on LOOKAHEAD, so only a standby relocated since can make a new
+    pair: those alone are checked against the rest, as the pairing would (past RECHECK_LIMIT
+    of them, or CHECK_LIMIT checks, the pair is run again in full)."""
+    source_log, dest_log = state.zone_logs[source][record.since[0]:], state.zone_logs[dest][record.since[1]:]
+    if record.full or len(source_log) + len(dest_log) > RECHECK_LIMIT:
+        return False
+    state.budget -= 1 + len(source_log) + len(dest_log)
+    moved = set(source_log) | set(dest_log)
+    zone_of, holders = state.zone_of, state.holders
+
+    def not_worse(task: int, client: int, there: tuple) -> bool:  # as ``_ZoneDeltas.movable``
+        if not state.single[task] and state.moves_of[task] is None and state.spread_budget <= 0:
+            return False
+        return state.spread_if(task, client, there) <= state.spread_now(task)
+
+    new_movers, new_partners = [], []
+    for task in sorted(moved):
+        for client in holders[task]:
+            zone = zone_of[client]
+            if zone == source:
+                delta = pricing.delta(task, client, dest[0])
+                if delta < 0 and not_worse(task, client, dest[1]):
+                    new_movers.append((delta, task, client))
+            elif zone == dest and not_worse(task, client, source[1]):
+                new_partners.append((pricing.delta(task, client, source[0]), task, client))
+    if not new_movers and not new_partners:
+        return True
+    movers, partners = record.movers, record.partners
+    if new_movers and (not movers or min(new_movers)[0] < movers[0][0]):
+        return False  # its partners would reach past the prefix kept
+    checks = CHECK_LIMIT
+    new_partners.sort()
+    for delta_t, task, client in new_movers:
+        indices = range(len(partners)) if record.ready_partners is None \
+            else record.ready_partners.allowed(task, client, 0)
+        kept = (partners[index] for index in indices)
+        for candidates in (kept, new_partners):
+            for delta_u, other, other_client in candidates:
+                if delta_t + delta_u >= 0:
+                    break
+                if candidates is kept and other in moved:
+                    continue  # a slot held then: among the new partners if still held
+                checks -= 1
+                state.budget -= 1
+                if checks < 0 or (not state.restores_more(task, client, other, other_client)
+                                  and _traffic_swap_ok(state, pricing, task, client, other, other_client)):
+                    return False
+    for delta_u, other, other_client in new_partners:
+        for delta_t, task, client in _movers_for(state, record, other, other_client):
+            if delta_t + delta_u >= 0:
+                break
+            if task in moved:
+                continue  # checked above, as a new mover
+            checks -= 1
+            state.budget -= 1
+            if checks < 0 or (not state.restores_more(task, client, other, other_client)
+                              and _traffic_swap_ok(state, pricing, task, client, other, other_client)):
+                return False
+    return True
+
+
+def _movers_for(state: _Standbys, record: _QuietPair, other: int, other_client: int) -> list[tuple[int, int, int]]:
+    """The kept movers that readiness lets trade with ``other`` on ``other_client``, in order
+    (``_ReadyPartners`` seen from the partner's side): all of them without readiness."""
+    movers = record.movers
+    if record.ready_partners is None:
+        return movers
+    if record.index is None:
+        by_task: dict[int, list[int]] = {}
+        by_client: dict[int, list[int]] = {}
+        restoring = []
+        for index, (_, task, client) in enumerate(movers):
+            by_task.setdefault(task, []).append(index)
+            by_client.setdefault(client, []).append(index)
+            if client not in state.ready[task]:
+                restoring.append(index)
+        record.index = (by_task, by_client, restoring)
+    by_task, by_client, restoring = record.index
+    special = set()
+    for task in state.ready_on[other_client]:
+        special.update(by_task.get(task, ()))
+    for client in state.ready[other]:
+        special.update(by_client.get(client, ()))
+    if other_client not in state.ready[other]:  # a partner restoring where it is: any restoring mover
+        special.update(restoring)
+    return [movers[index] for index in sorted(special)]
+
+
+def _rows(lists: Iterable[Collection[int]], width: int) -> np.ndarray:
+    """Client indices per task as a matrix, rows padded with -1."""
+    lists = list(lists)
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
+    if width and len(flat) == len(lists) * width:  # every row full (one standby each, most often)
+        return flat.reshape(len(lists), width)
+    out = np.full((len(lists), max(width, 1)), -1, dtype=np.int64)
+    rows = np.repeat(np.arange(len(lists)), lengths)
+    out[rows, np.arange(len(flat)) - (np.cumsum(lengths) - lengths)[rows]] = flat
+    return out
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of each range [start, start + length), concatenated."""
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+
+
+class _AnchorReturns:
+    """The swaps the zone pairing cannot see: those where a standby goes back to an anchor.
+
+    The pairing prices a standby as landing off its anchors; on one (its standby target, or a
+    previous holder with the sticky assignor) it costs the non-overlap cost less, so such a
+    swap can pay where the pairing sees none. Here each standby of a task with a free anchor
+    (holding no standby of it, not running its active) meets the standbys on that anchor, at
+    exact cost, best gains first, until no swap pays. After the first search only what a
+    relocation may have changed is looked at again: the tasks relocated since, and the tasks
+    waiting for a client these now hold (every other pair was refused and still would be).
+    """
+
+    def __init__(self, state: _Standbys, pricing: _Pricing, settled: bool) -> None:
+        anchored = pricing.anchored
+        self.holders = _rows(state.holders, state.weight - 1)  # as of log position ``synced``, the last search's
+        self.synced = len(state.log)
+        self.anchors = pricing.anchor_rows
+        if settled:  # the anchors are the standbys given: only a relocated task can have a free one
+            self.free = np.zeros(len(anchored), dtype=bool)
+            self.free[np.fromiter(state.swapped, dtype=np.int64, count=len(state.swapped))] = True
+        rows, columns = np.nonzero(self.anchors >= 0)
+        on = self.anchors[rows, columns]
+        order = np.argsort(on, kind="stable")
+        self.anchored_tasks = rows[order]  # the tasks anchored on each client, client by client
+        self.anchored_start = np.searchsorted(on[order], np.arange(len(state.clients) + 1))
+        self.active = np.fromiter(state.active, dtype=np.int64, count=len(state.active))
+        self.rack = np.array(pricing.client_rack, dtype=np.int64)
+        self.loc = np.array(state.loc, dtype=np.int64).reshape(len(state.clients), -1)
+        self.best_cross = pricing.cross_array.min(axis=1)
+        if not settled:
+            self.free = self._free(np.arange(len(anchored))).any(axis=1)
+        self.searched = False
+
+    def _free(self, tasks: np.ndarray) -> np.ndarray:
+        anchors = self.anchors[tasks]
+        return (anchors >= 0) & (anchors != self.active[tasks][:, None]) & (
+            anchors[:, :, None] != self.holders[tasks][:, None, :]).all(axis=2)
+
+    def run(self, state: _Standbys, pricing: _Pricing) -> bool:
+        """Search, and search again after any swap, until none pays: anything swapped?"""
+        changed = False
+        while True:
+            log = state.log
+            moved = np.unique(np.array(log[self.synced:], dtype=np.int64))
+            if len(moved):
+                self.holders[moved] = _rows((state.holders[t] for t in moved.tolist()), self.holders.shape[1])
+            if self.searched:
+                if not len(moved):
+                    return changed
+                if REMEMBER_FAILED:
+                    clients = np.unique(self.holders[moved])
+                    clients = clients[clients >= 0]
+                    start = self.anchored_start[clients]
+                    waiting = self.anchored_tasks[_ranges(start, self.anchored_start[clients + 1] - start)]
+                    tasks = np.union1d(moved, waiting[self.free[waiting]])
+                else:
+                    tasks = np.union1d(np.flatnonzero(self.free), moved)
+            else:  # every task with a free anchor
+                tasks = np.flatnonzero(self.free)
+            self.synced, self.searched = len(log), True
+            free = self._free(tasks)
+            self.free[tasks] = free.any(axis=1)
+            if not self._swap(state, pricing, tasks, free):
+                return changed
+            changed = True
+
+    def _swap(self, state: _Standbys, pricing: _Pricing, tasks: np.ndarray, free: np.ndarray) -> bool:
+        """Swaps of the standbys of ``tasks`` to their free anchors (``free``, per anchor)."""
+        holders = self.holders[tasks]
+        row, column = np.nonzero(free)
+        movers, clients, anchors = [], [], []
+        for k in range(holders.shape[1]):
+            held = holders[row, k] >= 0
+            movers.append(tasks[row[held]])
+            clients.append(holders[row[held], k])
+            anchors.append(self.anchors[tasks[row[held]], column[held]])
+        mover, client, anchor = np.concatenate(movers), np.concatenate(clients), np.concatenate(anchors)
+        traffic, non_overlap = pricing.traffic, pricing.non_overlap
+        cross, rack, loc, act, single = pricing.cross_array, self.rack, self.loc, state.active_loc, state.single
+        delta = (traffic * (cross[mover, rack[anchor]] - cross[mover, rack[client]])
+                 + non_overlap * (self.anchors[mover] == client[:, None]).any(axis=1) - non_overlap)
+        # one standby: its spread is not worse exactly where it shares no more location values
+        keep = ~single[mover] | ((act[mover] == loc[anchor]).sum(axis=1) <= (act[mover] == loc[client]).sum(axis=1))
+        mover, client, anchor, delta = mover[keep], client[keep], anchor[keep], delta[keep]
+        if not len(mover):
+            return False
+        # The standbys on each anchor, sorted by the least their move could cost (to their best
+        # rack, back to an anchor of theirs): each mover meets only the prefix that could pay.
+        targets = np.unique(anchor)
+        sizes = np.fromiter((len(state.on_client[c]) for c in targets.tolist()), dtype=np.int64, count=len(targets))
+        other = np.fromiter(itertools.chain.from_iterable(state.on_client[c] for c in targets.tolist()),
+                            dtype=np.int64, count=int(sizes.sum()))
+        if not len(other):
+            return False
+        there = np.repeat(targets, sizes)
+        their = self.anchors[other]
+        least = (traffic * (self.best_cross[other] - cross[other, rack[there]])
+                 + non_overlap * (their == there[:, None]).any(axis=1)
+                 - non_overlap * ((their >= 0) & (their != there[:, None])).any(axis=1))
+        floor = int(least.min())
+        span = int(max(least.max(), -delta.min())) - floor + 2
+        key = np.repeat(np.arange(len(targets)), sizes) * span + (least - floor)
+        order = np.argsort(key, kind="stable")
+        key, other = key[order], other[order]
+        at = np.searchsorted(targets, anchor) * span
+        start = np.searchsorted(key, at)
+        lengths = np.searchsorted(key, at + np.clip(-delta - floor, 0, span - 1)) - start
+        pair = np.repeat(np.arange(len(mover)), lengths)
+        other = other[_ranges(start, lengths)]
+        a, b = client[pair], anchor[pair]
+        theirs = self.anchors[other]
+        total = delta[pair] + (traffic * (cross[other, rack[a]] - cross[other, rack[b]])
+                               + non_overlap * (theirs == b[:, None]).any(axis=1)
+                               - non_overlap * (theirs == a[:, None]).any(axis=1))
+        ok = (total < 0) & (other != mover[pair]) & (self.active[other] != a) & (
+            ~single[other] | ((act[other] == loc[a]).sum(axis=1) <= (act[other] == loc[b]).sum(axis=1)))
+        pick = np.flatnonzero(ok)
+        if not len(pick):
+            return False
+        pair, other, total = pair[pick], other[pick], total[pick]
+        order = np.lexsort((other, total, anchor[pair], client[pair], mover[pair], delta[pair]))
+        pair, other = pair[order], other[order]
+        first = np.flatnonzero(np.diff(pair, prepend=-1))  # each mover's partners, best first
+        holders, swapped = state.holders, False
+
+        def unweighed(task: int) -> bool:  # past the spread budget, as ``_ZoneDeltas.movable``
+            return not single[task] and state.moves_of[task] is None and state.spread_budget <= 0
+
+        for task, at_client, to, begin, end in zip(mover[pair[first]].tolist(), client[pair[first]].tolist(),
+                                                   anchor[pair[first]].tolist(), first.tolist(),
+                                                   [*first[1:].tolist(), len(pair)], strict=True):
+            for partner in other[begin:end].tolist():
+                if at_client not in holders[task] or to in holders[task] or unweighed(task):
+                    break  # relocated by a swap just taken (or, past the spread budget, never weighed)
+                if to not in holders[partner] or unweighed(partner):
+                    continue
+                state.budget -= 1
+                if state.budget < 0:
+                    return swapped
+                if _traffic_swap_ok(state, pricing, task, at_client, partner, to):
+                    state.swap(task, at_client, partner, to)
+                    swapped = True
+                    break
+        return swapped
 
 
 class _ReadyPartners:
@@ -720,8 +1045,7 @@ class _ZoneDeltas:
         self.pricing = pricing
         self.tasks, self.clients = tasks, clients
         self.rows = pricing.cross_array[tasks]
-        anchored = np.array([c in pricing.anchored[t] for t, c in zip(tasks.tolist(), clients.tolist(), strict=True)],
-                            dtype=np.int64)
+        anchored = (pricing.anchor_rows[tasks] == clients[:, None]).any(axis=1)
         self.base = pricing.non_overlap * anchored - pricing.traffic * self.rows[:, rack]
         self.active_loc = state.active_loc[self.tasks]
         self.single = state.single[self.tasks]

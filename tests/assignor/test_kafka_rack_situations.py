@@ -43,9 +43,9 @@ and says so. The main differences:
 - with balance_subtopology the result keeps 4.B.II's caps; it may still be less even than
   strategy none's (the caps, not the spread, are the KIP's rule).
 
-Defect found while porting (``xfail(strict=True)`` at the end of this file): the standby traffic
-pass leaves swaps that KIP-925 C.I would take, because its candidates are priced as if no
-standby could move back onto its anchor.
+Defect found while porting (the tests at the end of this file, strict xfails until it was fixed):
+the standby traffic pass left swaps that KIP-925 C.I would take, because its candidates were
+priced as if no standby could move back onto its anchor (docs/rack-awareness.md, "Traffic").
 
 Not ported, and why:
 
@@ -1100,13 +1100,6 @@ def assert_sticky_min_cost(outcome: Outcome, plain: Outcome, strategy: str, cost
 
 # ---- Defects found while porting -------------------------------------------------------------------
 
-TRAFFIC_PASS_MISSES_ANCHORS = (
-    "docs/rack-awareness.md 'Standbys' 2: the traffic pass pairs 'standbys whose traffic + non-overlap cost would "
-    "drop' and repeats until nothing changes, but rack_standby._Pricing.delta prices every move as landing on a "
-    "client that is not an anchor, so a standby whose move back to its anchor (standby target / previous holder) "
-    "lowers its cost is never a candidate: cheaper swaps (KIP-925 C.I) are left (MISSED_SWAP below)")
-
-
 def outcome_standbys(outcome: Outcome) -> tuple[dict, dict]:
     actives = {TaskId.parse(t): c for c in outcome.clients for t in outcome.active(c)}
     held: dict = {}
@@ -1116,15 +1109,14 @@ def outcome_standbys(outcome: Outcome) -> tuple[dict, dict]:
     return actives, {t: tuple(h) for t, h in held.items()}
 
 
-@pytest.mark.xfail(strict=True, reason=TRAFFIC_PASS_MISSES_ANCHORS)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_random_standby_leaves_no_cheaper_swap(strategy):
     """shouldOptimizeRandomStandby's group (as ``test_optimize_random_standby``): after the rack
     step, no swap of two standbys that KIP-925 C.I would take is left: lower exact getCost
-    (traffic 10, non-overlap 1 against the standby target), both spreads no worse. Fails: in
-    this group about 70 such swaps remain, each putting two standbys back on their target clients
-    at equal traffic (measured: 370 standbys off target, 288 after the swaps, cross-rack reads
-    unchanged at 773)."""
+    (traffic 10, non-overlap 1 against the standby target), both spreads no worse. Before the
+    anchor search, about 70 such swaps remained here, each putting two standbys back on their
+    target clients at equal traffic (370 standbys off target, 288 after the swaps, cross-rack
+    reads unchanged at 773)."""
     problem, actives, planned, out = _random_standby_step(strategy)
     assert cheaper_swap(problem, actives, out, planned) is None
 
@@ -1134,7 +1126,7 @@ def _bare(client_id: str, threads: int, rack: str, active: str = "", standby: st
     return {"id": client_id, "threads": threads, "rack": rack, "prev_active": active.split(), "prev_standby": standby.split()}
 
 
-# The smallest group found where the traffic pass leaves a cheaper swap (TRAFFIC_PASS_MISSES_ANCHORS)
+# The smallest group found where the traffic pass left a cheaper swap (before the anchor search)
 MISSED_SWAP = {
     "version": 1,
     "config": {"assignor": "sticky", "rack_aware_strategy": "min_traffic", "num_standby_replicas": 1},
@@ -1146,7 +1138,6 @@ MISSED_SWAP = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason=TRAFFIC_PASS_MISSES_ANCHORS)
 @pytest.mark.parametrize(("document", "costs"), [
     # c5 (rack r0) holds 2_2's standby, c0 (rack r2) 1_1's; both read rack r0/r1 input. Swapping
     # them puts 1_1's standby rack-local on c5 and 2_2's back on c0, its previous holder: one
@@ -1172,3 +1163,40 @@ def test_sticky_result_leaves_no_cheaper_standby_swap(document, costs):
             anchors.setdefault(task, set()).add(row.id)
     actives, standbys = outcome_standbys(outcome)
     assert cheaper_swap(outcome.problem, actives, standbys, anchors, costs) is None
+
+
+def _few_racks_sticky_group(seed: int, strategy: str, standbys: int, costs: tuple[int, int]) -> dict:
+    """60 stateful tasks on 4 racks (each partition on 2 of them), 16 clients of 1-2 threads (four
+    per rack), previous actives and standbys dealt at random, for the sticky assignor."""
+    document = kafka_random_group(seed, nodes=4, topics=20, partitions=3, clients=16, stateful=True,
+                                  strategy=strategy, threads=lambda rng: rng.randint(1, 2))
+    rng = document.pop("rng")
+    previous: dict = {row["id"]: ([], []) for row in document["clients"]}
+    for task in document["tasks"]:
+        owner, *holders = rng.sample(sorted(previous), 1 + standbys)
+        previous[owner][0].append(task["id"])
+        for holder in holders:
+            previous[holder][1].append(task["id"])
+    for row in document["clients"]:
+        row.update(prev_active=previous[row["id"]][0], prev_standby=previous[row["id"]][1])
+    document["config"].update(assignor="sticky", num_standby_replicas=standbys, rack_aware_traffic_cost=costs[0],
+                              rack_aware_non_overlap_cost=costs[1])
+    return document
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("standbys", [1, 2])
+@pytest.mark.parametrize("costs", [STICKY_COSTS, HA_COSTS], ids=["1-10", "10-1"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_few_racks_leave_no_cheaper_standby_swap(strategy, costs, standbys, seed):
+    """Four clients per rack: a standby may go back to its previous holder by a swap within its
+    rack, which only the non-overlap cost pays (the pairing between racks never meets it), or
+    trade one previous holder of its task for another. No swap KIP-925 C.I would take is left."""
+    outcome = run(_few_racks_sticky_group(seed, strategy, standbys, costs))
+    assert outcome.broken() == [] and outcome.result.rack_awareness.enabled
+    anchors: dict = {}
+    for row in outcome.problem.clients:
+        for task in row.prev_standby:
+            anchors.setdefault(task, set()).add(row.id)
+    actives, held = outcome_standbys(outcome)
+    assert cheaper_swap(outcome.problem, actives, held, anchors, costs) is None
