@@ -1155,7 +1155,12 @@ MISSED_SWAP = {
 def test_sticky_result_leaves_no_cheaper_standby_swap(document, costs):
     """With the sticky assignor the standbys of the output are the rack step's, priced against
     the previous standbys (docs "Costs"): no swap that KIP-925 C.I would take may be left."""
-    outcome = run(document)
+    _assert_no_cheaper_sticky_swap(run(document), costs)
+
+
+def _assert_no_cheaper_sticky_swap(outcome, costs: tuple[int, int]) -> None:
+    """The rules hold, rack awareness ran, and no standby swap that KIP-925 C.I would take is
+    left, priced against the previous standbys (the sticky assignor's anchors)."""
     assert outcome.broken() == [] and outcome.result.rack_awareness.enabled
     anchors: dict = {}
     for row in outcome.problem.clients:
@@ -1192,11 +1197,4 @@ def test_few_racks_leave_no_cheaper_standby_swap(strategy, costs, standbys, seed
     """Four clients per rack: a standby may go back to its previous holder by a swap within its
     rack, which only the non-overlap cost pays (the pairing between racks never meets it), or
     trade one previous holder of its task for another. No swap KIP-925 C.I would take is left."""
-    outcome = run(_few_racks_sticky_group(seed, strategy, standbys, costs))
-    assert outcome.broken() == [] and outcome.result.rack_awareness.enabled
-    anchors: dict = {}
-    for row in outcome.problem.clients:
-        for task in row.prev_standby:
-            anchors.setdefault(task, set()).add(row.id)
-    actives, held = outcome_standbys(outcome)
-    assert cheaper_swap(outcome.problem, actives, held, anchors, costs) is None
+    _assert_no_cheaper_sticky_swap(run(_few_racks_sticky_group(seed, strategy, standbys, costs)), costs)
