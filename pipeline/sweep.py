@@ -224,8 +224,8 @@ def argument_problem(out: str, partitions: int | None, master: str | None = None
     problem, or None."""
     from pipeline.spark import master_problem
 
-    if master_problem(master):
-        return master_problem(master)
+    if problem := master_problem(master):
+        return problem
     if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
         return f"--partitions: expected an integer in [1, {MAX_PARTITIONS}], got {partitions}"
     path = Path(out)

@@ -202,6 +202,11 @@ _DURABLE_FIELDS = tuple(f.name for f in fields(MemberSnapshot))
 _durable = attrgetter(*_DURABLE_FIELDS)
 
 
+def _warmups(result: AssignmentResult | None) -> int:
+    """Warm-up replicas an assignment has in flight (the gauge and the rebalance event)."""
+    return sum(len(a.warmup) for a in result.clients.values()) if result else 0
+
+
 @dataclass(slots=True)
 class Group:
     """One group's state. Every public method is a handler: request + now_ms -> Outcome."""
@@ -622,7 +627,7 @@ class Group:
                     result,
                 )
             )
-        warmups = sum(len(a.warmup) for a in result.clients.values()) if result else 0
+        warmups = _warmups(result)
         effects.append(
             Event(
                 "group.rebalance.completed",
@@ -849,7 +854,7 @@ class Group:
         prepared waits for its members again from now (they have no parked calls here)."""
         # an event, so that the per-group gauges (members, generation, warm-ups) are there from
         # the start and not only after the next rebalance
-        warmups = sum(len(a.warmup) for a in self.result.clients.values()) if self.result else 0
+        warmups = _warmups(self.result)
         effects: list = [Event("group.restored", {"state": self.state.value, "warmups": warmups})]
         for member in sorted(self.members.values(), key=lambda m: m.member_id):
             member.session_deadline_ms = now_ms + member.session_timeout_ms
