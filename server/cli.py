@@ -60,7 +60,7 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
             "max_tasks_per_group", "max_store_partitions_per_group", "max_members_per_group", "max_groups",
             "max_groups_per_principal",
             "max_tasks_per_assign", "max_clients_per_assign", "max_replicas_per_group", "max_replicas_per_assign",
-            "max_rebalance_timeout_ms",
+            "max_concurrent_assigns", "max_rebalance_timeout_ms",
         )
     ),
     ("--store", "store", "REMOTE_LEADER_STORE", str),
@@ -125,6 +125,9 @@ _HELP: dict[str, str] = {
                                 "num_standby_replicas standbys",
     "--max-replicas-per-assign": "replicas of one Assign problem: every task's active and each stateful task's "
                                  "standbys (at most one per other client)",
+    "--max-concurrent-assigns": "Assign calls computed at once (in their own worker process, apart from the groups' "
+                                "rebalances); one more is refused with RESOURCE_EXHAUSTED, a cancelled one counts "
+                                "until its work ends",
     "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
     "--empty-group-retention-ms": "remove a group that has had no members this long, ms; 0 keeps them",
 }

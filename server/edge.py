@@ -18,7 +18,7 @@ import re
 import threading
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -30,6 +30,7 @@ from assignor.cluster import AssignorError, ClusterMetadata, MemberAssignment
 from assignor.lag import UNKNOWN, Lag
 from assignor.model import (
     AssignmentConfig,
+    AssignmentProblem,
     AssignmentResult,
     AssignorKind,
     HostInfo,
@@ -49,6 +50,7 @@ from server.failures import contain, decoder
 from server.limits import (
     OFF_LOOP_BYTES,
     OFF_LOOP_TASKS,
+    BoundedWork,
     Limits,
     check_assign,
     check_group_capacity,
@@ -633,11 +635,17 @@ def _redirects(response_type: Any):
 
 
 class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
-    def __init__(self, coordinator: Coordinator, limits: Limits | None = None, gate: Gate | None = None) -> None:
+    def __init__(self, coordinator: Coordinator, limits: Limits | None = None, gate: Gate | None = None,
+                 assign: Callable[[AssignmentProblem], Awaitable[AssignmentResult]] | None = None) -> None:
+        """``assign`` runs the ``Assign`` calls' problems: by default where the groups' run; the
+        server gives them a runner of their own (``server.app``), so that no group's rebalance
+        waits behind them."""
         self._coordinator = coordinator
         self._host_maps = _HostMapCache()
         self.limits = limits or Limits()
         self.gate = gate or Gate()
+        self._assign = assign or coordinator.assign
+        self._assign_calls = BoundedWork("max_concurrent_assigns", self.limits.max_concurrent_assigns, "Assign calls")
 
     async def _admitted(self, context: grpc.aio.ServicerContext, method: str, principal: Any, call: Any) -> Any:
         """Await a coordinator call whose admit check (run under the group's lock) may refuse it:
@@ -764,15 +772,23 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             except InvalidInput as error:
                 raise InvalidInput(f"problem.{error.field}", error.message) from None
 
+        async def assigned() -> bytes:
+            # converting, solving and encoding a large problem are Python work: off the event loop
+            problem = await asyncio.to_thread(convert, request)
+            try:
+                result = await self._assign(problem)
+            except InvalidInput as error:
+                raise InvalidInput(f"problem.{error.field}", error.message) from None
+            return await asyncio.to_thread(lambda: pb.AssignResponse(result=result_to_proto(result)).SerializeToString())
+
         await self.gate.check(context, "Assign", Operation.ASSIGN)
         await self._guard(context, check_assign, self.limits, request)
-        problem = await self._guard(context, convert, request, off_loop=True)  # parsing a large problem: Python work
+        # a LimitExceeded (too many at once) goes on to ``server.failures.contain``
+        work = self._assign_calls.start(assigned())
         try:
-            result = await self._coordinator.assign(problem)
+            return await asyncio.shield(work)  # a cancelled call leaves its work running, and counted
         except InvalidInput as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"problem.{error.field}: {error.message}")
-        # encoding a large result is Python work too: off the event loop, as bytes (``_serialize``)
-        return await asyncio.to_thread(lambda: pb.AssignResponse(result=result_to_proto(result)).SerializeToString())
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error.message}")
 
     @_redirects(pb.RouteQueryResponse)
     async def RouteQuery(self, request: pb.RouteQueryRequest, context: grpc.aio.ServicerContext) -> pb.RouteQueryResponse:

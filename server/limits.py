@@ -11,7 +11,8 @@ run them on the event loop before the conversion itself is sent to a worker thre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -42,6 +43,7 @@ class Limits:
     max_clients_per_assign: int = 5_000
     max_replicas_per_group: int = 200_000
     max_replicas_per_assign: int = 200_000
+    max_concurrent_assigns: int = 2
     max_rebalance_timeout_ms: int = 1_800_000
 
     def validate(self) -> None:
@@ -96,6 +98,37 @@ def check_topology(limits: Limits, topology: Any, where: str) -> tuple[int, int]
         _over(limits, "max_tasks_per_group", tasks, f"{where} tasks")
         _over(limits, "max_store_partitions_per_group", store_partitions, f"{where} store partitions")
     return tasks, stateful
+
+
+class BoundedWork:
+    """At most ``limit`` pieces of work at once, each going on to its end whoever waits for it:
+    one more is refused (``LimitExceeded``, RESOURCE_EXHAUSTED), not queued. A caller that
+    cancels frees nothing: the work it started (a conversion in a thread, an assignment in a
+    worker process) cannot be stopped, so its slot is freed when that work ends; freed on the
+    call's end, a client sending and cancelling in a loop would pile up work without bound."""
+
+    def __init__(self, limit_name: str, limit: int, what: str) -> None:
+        self._limit_name, self._limit, self._what = limit_name, limit, what
+        self._running: set[asyncio.Task] = set()
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def start(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        if len(self._running) >= self._limit:
+            work.close()
+            raise LimitExceeded(self._limit_name, f"{len(self._running)} {self._what} in progress, "
+                                f"{self._limit_name} = {self._limit}; retry later", grpc.StatusCode.RESOURCE_EXHAUSTED)
+        task = asyncio.get_running_loop().create_task(work)
+        self._running.add(task)
+        task.add_done_callback(self._ended)
+        return task
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self._running.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here: a caller that cancelled no longer awaits it
 
 
 def _check_replicas(limits: Limits, name: str, tasks: int, stateful: int, standbys: int, where: str) -> None:

@@ -5,10 +5,12 @@ reach a client as text."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import grpc
 import pytest
 
+import assignor
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
@@ -229,6 +231,47 @@ async def test_topics_of_unknown_size_still_count_their_listing_and_stores(tmp_p
         error = await _refused(s.stub.JoinGroup, s.worker(topo=topics).join_request())
         assert "subscription.topology partitions: 51 exceeds max_partitions_per_group = 50" in error.details()
         assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+
+
+async def test_assign_calls_are_bounded_apart_from_the_groups_and_a_cancelled_one_counts_until_its_work_ends(tmp_path):
+    """An audit's find: Assign calls ran where the groups' rebalances run, first come first
+    served, so twelve calls at once held a group's rebalance (5,000 tasks) back from 0.8 s to
+    25 s. They have a runner of their own now, and at most --max-concurrent-assigns at once;
+    one more is refused at once. A client that gives up frees nothing until the work it
+    started ends (it cannot be stopped): else sending and cancelling in a loop would pile up
+    work without bound. The assignor's work is held back here (an event) to make "in progress"
+    exact; everything else is the real server."""
+    release = threading.Event()
+
+    def held_back(problem):
+        release.wait(30)
+        return assignor.solve(problem)
+
+    async with running_server(tmp_path, max_concurrent_assigns=1) as s:
+        s.server._assign_runner._assign = held_back  # the Assign calls' runner only
+        request = pb.AssignRequest(problem=_problem(4, 2))
+        error = await _refused(lambda r: s.stub.Assign(r, timeout=0.5), request)
+        assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # the caller gave up; the work goes on
+        error = await _refused(s.stub.Assign, request)
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error.details() == ("1 Assign calls in progress, max_concurrent_assigns = 1; retry later "
+                                   "(limit --max-concurrent-assigns)")
+        assert s.server.metrics.registry.get_sample_value("remote_leader_requests_refused_total", {
+            "method": "Assign", "code": "RESOURCE_EXHAUSTED", "reason": "max_concurrent_assigns"}) == 1.0
+
+        worker = s.worker(topo=topology(4))  # meanwhile a group rebalances, unhindered
+        await rebalance(s.clock, [worker], advance_ms=3_000)
+        assert sorted(worker.active()) == ["0_0", "0_1", "0_2", "0_3"]
+
+        release.set()
+        for _ in range(100):  # the held-back work ends, and frees its slot
+            try:
+                answer = await s.stub.Assign(request)
+                break
+            except grpc.aio.AioRpcError as refused:
+                assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                await asyncio.sleep(0.05)
+        assert sum(len(c.active) for c in answer.result.clients) == 4
 
 
 async def test_assign_with_tasks_but_no_clients_names_the_field(tmp_path):
