@@ -216,21 +216,30 @@ def _place_stateful(placement: _Placement, group: Group, ranking: Ranking, activ
     requests: list[_WarmupRequest] = []
     holders, absent, best = ranking.holders, ranking.absent, ranking.best
     previous_holders, owners = group.prev_standby_holders, group.prev_active_owner
+    placed_actives, placed_standbys, reasons = placement.active, placement.standbys, placement.reasons
     none: frozenset[str] = frozenset()
-    for task in group.stateful:
+    for task in group.stateful:  # loops, not all() over a generator: a hot loop
         target_active, target_standbys = actives[task], standbys.get(task, ())
         ranks, rank_absent = holders[task], absent[task]
-        if ranks.get(target_active, rank_absent) == best[task] \
-                and all(ranks.get(client, rank_absent) == 0 for client in target_standbys):
-            placement.active[task] = target_active
+        ready = ranks.get(target_active, rank_absent) == best[task]
+        if ready:
+            for client in target_standbys:
+                if ranks.get(client, rank_absent) != 0:
+                    ready = False
+                    break
+        if not ready:
+            requests.extend(_place_task(placement, group, ranking, task, target_active, target_standbys))
+            continue
+        placed_actives[task] = target_active
+        owner = owners.get(task)
+        if owner != target_active:
             _explain_active(placement, group, task, target_active, ranking)
-            placement.standbys[task] = list(target_standbys)
+        placed_standbys[task] = list(target_standbys)
+        if target_standbys:
             previous = previous_holders.get(task, none)
             for client in target_standbys:  # caught up there, but new (``_held_before``, inlined)
-                if client not in previous and client != owners.get(task):
-                    placement.reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.REPLICA_ADDED))
-        else:
-            requests.extend(_place_task(placement, group, ranking, task, target_active, target_standbys))
+                if client not in previous and client != owner:
+                    reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.REPLICA_ADDED))
     return requests
 
 
