@@ -22,6 +22,7 @@ shutdown) stop the member with ``MemberError``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import inspect
@@ -282,6 +283,9 @@ class GroupMember:
         #: time.monotonic() of the last heartbeat the leader accepted (failover measurements).
         self.heartbeat_ok_at = 0.0
         self._rejoin_now = False
+        # The assignment being applied (the callback, the lock's release) while heartbeats go on
+        self._applying: asyncio.Task | None = None
+        self._wake = asyncio.Event()  # ends the wait between heartbeats early (close, a rejoin)
 
     # ---- public surface -------------------------------------------------------------------
 
@@ -362,6 +366,7 @@ class GroupMember:
         if self.state == MemberState.CLOSED and self._task is None:
             return
         self._closing.set()
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -395,7 +400,15 @@ class GroupMember:
         try:
             while not self._closing.is_set():
                 await self._join_and_sync()
-                await self._heartbeat_until_rejoin()
+                try:
+                    await self._heartbeat_until_rejoin()
+                except BaseException:
+                    if self._applying is not None:
+                        self._applying.cancel()
+                    raise
+                if self._applying is not None:
+                    # A rejoin waits until the assignment is applied: it takes the lock again.
+                    await self._applying
         except asyncio.CancelledError:
             raise
         except MemberError as error:
@@ -489,7 +502,8 @@ class GroupMember:
             if synced is None:
                 attempt += 1
                 continue
-            await self._apply(synced)
+            change = self._accept(synced)
+            self._applying = asyncio.create_task(self._apply(change, synced.commonly_supported_version))
             return
 
     async def _sync(self) -> pb.Assignment | None:
@@ -541,7 +555,9 @@ class GroupMember:
             await self._backoff(attempt)           # or a rejoin that keeps failing: back off
         return False
 
-    async def _apply(self, message: pb.Assignment) -> None:
+    def _accept(self, message: pb.Assignment) -> AssignmentChange:
+        """The new assignment becomes the member's (its metadata, what heartbeats report, what
+        watchers see); applying it is ``_apply``'s."""
         error = message.error_code
         if error == epb.ASSIGNOR_ERROR_SHUTDOWN_REQUESTED:
             raise MemberError("SHUTDOWN_REQUESTED", "a member asked the whole group to shut down")
@@ -559,6 +575,13 @@ class GroupMember:
                        warmup=[str(t) for t in sorted(new.warmup)])
         for queue in self._watchers:  # watchers (a sidecar's worker) may be the ones applying it
             queue.put_nowait(change)
+        return change
+
+    async def _apply(self, change: AssignmentChange, commonly_supported_version: int) -> None:
+        """The callback, then the lock's release (KIP-441: once applied, as onPartitionsAssigned),
+        while heartbeats go on: a worker that takes longer than the session to open its stores
+        keeps its session (Kafka's heartbeat thread). Applied in a heartbeat's stead, it lost
+        the session every generation, and rebalanced the group for good."""
         try:
             if self._on_assignment is not None:
                 result = self._on_assignment(change)
@@ -570,9 +593,10 @@ class GroupMember:
             # KIP-441: release only once the assignment is applied (onPartitionsAssigned).
             self._release_lock()
         self._set_state(MemberState.STABLE)
-        if message.commonly_supported_version > self._version:
-            self._version = min(message.commonly_supported_version, LATEST_SUPPORTED_VERSION)
+        if commonly_supported_version > self._version:
+            self._version = min(commonly_supported_version, LATEST_SUPPORTED_VERSION)
             self._rejoin_now = True
+            self._wake.set()
 
     def _heartbeat_lags(self) -> Mapping[TaskId, Lag]:
         """Fresh lags of the assigned tasks: restoring actives, standbys and warm-ups with their
@@ -594,15 +618,14 @@ class GroupMember:
                                   max(interval, self.config.session_timeout_ms / 3000))
         last_ok = time.monotonic()
         attempt = 0
-        if self._rejoin_now:
-            self._rejoin_now = False
-            return
         while not self._closing.is_set():
-            try:
-                await asyncio.wait_for(self._closing.wait(), interval)
+            if self._rejoin_now:
+                self._rejoin_now = False
                 return
-            except TimeoutError:
-                pass
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval)
+                continue  # woken: closing, or a rejoin asked for
             request = self._with_instance(pb.HeartbeatRequest(
                 group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation,
                 lags=codec.lag_report(self._heartbeat_lags())))

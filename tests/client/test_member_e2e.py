@@ -59,6 +59,28 @@ async def test_members_receive_disjoint_complete_assignments(leader):
         await close_all(members)
 
 
+async def test_a_member_applying_longer_than_its_session_keeps_it(leader):
+    """An audit's find: heartbeats began only once the assignment callback returned, so a
+    worker that took longer than the session to open its stores (KIP-441's onPartitionsAssigned)
+    lost the session every generation and rebalanced the group for good. Heartbeats go on while
+    it applies, as Kafka's heartbeat thread does; the cleanup lock stays held until it is done."""
+    applied = []
+
+    async def opening_stores(change):
+        applied.append(change.current.generation)
+        await asyncio.sleep(3 * SESSION_MS / 1000)
+
+    member = GroupMember(leader.address, member_config("slow", 0), StaticLagSource(), on_assignment=opening_stores)
+    await member.start()
+    try:
+        await member.wait_for_assignment(timeout=10)  # STABLE: only once applied
+        assert member.lock.holder is None
+        await asyncio.sleep(2 * SESSION_MS / 1000)
+        assert applied == [member.generation] and member.state.value == "stable" and member.error is None
+    finally:
+        await member.close()
+
+
 async def test_a_member_killed_without_leaving_hands_its_tasks_to_caught_up_standbys(leader):
     members = await join(leader, "g", 3)
     try:
