@@ -129,7 +129,10 @@ class CheckpointLagSource:
                     infos = None
                     break
                 else:
-                    infos[store] = LagInfo(min(checkpoint.get(changelog, 0), end), end)
+                    position = checkpoint.get(changelog, 0)
+                    # beyond the end: the changelog was deleted and recreated since, and the state
+                    # is rebuilt from it, all of it (the server counts offset sums so; protocol.md)
+                    infos[store] = LagInfo(position if position <= end else 0, end)
             positions[task] = (infos, task in running)
         return positions
 

@@ -43,6 +43,16 @@ def test_a_store_missing_from_the_checkpoint_counts_from_zero(directory):
     assert source(directory).task_lags() == {TaskId(0, 1): Lag.behind(500)}
 
 
+def test_a_checkpoint_beyond_the_changelog_end_counts_the_whole_changelog(directory):
+    """A worker audit's find: a checkpoint past the end (the changelog deleted and recreated)
+    was read as caught up, lag 0, and KIP-535 routed queries to that store. Its state is
+    rebuilt from scratch: the whole changelog behind (as the server counts offset sums)."""
+    directory.write_checkpoint(TaskId(0, 0), {("app-counts-changelog", 0): 5_000, ("totals-log", 0): 450})
+    lags = source(directory)
+    assert lags.task_lags() == {TaskId(0, 0): Lag.behind(1000 + (500 - 450))}
+    assert lags.store_partition_lags()["counts"] == {0: LagInfo(0, 1000)}
+
+
 def test_running_active_reports_latest(directory):
     directory.write_checkpoint(TaskId(0, 0), {("app-counts-changelog", 0): 10, ("totals-log", 0): 10})
     assert source(directory, running=[TaskId(0, 0)]).task_lags() == {TaskId(0, 0): LATEST}
