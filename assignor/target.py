@@ -72,6 +72,11 @@ PRIORITIES = ((10**6, 10**3),)
 # TIER_COST of a non-zero rank by its residue mod 4 (ranking.tier_of): lagging, unknown, no state
 _TIER_BY_RESIDUE = (TIER_COST[Tier.LAGGING], TIER_COST[Tier.UNKNOWN], TIER_COST[Tier.NO_STATE], None)
 SUBTOPOLOGY_EXCESS = 1
+# Without lag awareness (the sticky assignor), what a client without a task's state costs more
+# than one with some, whatever its lag: a moved or orphaned active goes to a previous standby
+# (Kafka's StickyTaskAssignor, shouldAssignTasksToClientWithPreviousStandbyTasks). Below half
+# a MOVE: never worth moving another task.
+STICKY_STATE_PREFERENCE = 4
 # Per unit of a client's stateless actives (active flow) or standbys (standby flow) outside its
 # own thread share, inside the balance windows: a tie-break, never worth a move (MOVE). A group
 # kept at these shares gives a newcomer its quotas by drops alone: each client above a new
@@ -166,14 +171,17 @@ class CostModel:
     lag_aware: bool
 
     def no_state_arc(self, ranking: Ranking, task: TaskId) -> int:
-        tier = TIER_COST[tier_of(ranking.absent[task])] if self.lag_aware else 0
-        return tier + MOVE
+        if self.lag_aware:
+            return TIER_COST[tier_of(ranking.absent[task])] + MOVE
+        return MOVE + (STICKY_STATE_PREFERENCE if ranking.absent[task] else 0)
 
     def special_arcs(self, ranking: Ranking, task: TaskId, clients: Iterable[str],
                      sticky: Container[str], surcharge: int = 0) -> dict[str, int]:
         """The price of one task on each of ``clients`` that report state or held it: its tier
         (lag-aware only; none at a best rank that beats no state, ``tier_price``) plus MOVE
-        and ``surcharge`` unless the client is in ``sticky``; in one pass (hot loop)."""
+        and ``surcharge`` unless the client is in ``sticky``; in one pass (hot loop). Without
+        lag awareness any state is as good as any other, and better than none by the hub's
+        ``STICKY_STATE_PREFERENCE`` (``no_state_arc``)."""
         move = MOVE + surcharge
         if not self.lag_aware:
             return {client: 0 if client in sticky else move for client in clients}

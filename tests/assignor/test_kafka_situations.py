@@ -582,6 +582,16 @@ def test_sticky_previous_standbys_take_the_orphaned_tasks():
     assert (outcome.active("c1"), outcome.active("c2"), outcome.active("c3")) == (["0_2"], ["0_1"], ["0_0"])
 
 
+@pytest.mark.parametrize("lag", [0, 10, "unknown"])
+def test_sticky_an_orphaned_active_goes_to_its_state_whatever_the_lag(lag):
+    """An audit's find (74 of 1,500 random sticky groups): without lag awareness any state was
+    priced as none, so c0, new, took 2_0 although c2 held it as a standby (shouldAssignTasksTo
+    ClientWithPreviousStandbyTasks passed only by how ties fell). Any state beats none; how far
+    behind it is does not count in the sticky assignor."""
+    outcome = sticky("0_1 1_2 2_0", [client("c0"), client("c2", standby="2_0", lags={"2_0": lag})])
+    assert outcome.active("c2") == ["2_0"] and outcome.active("c0") == ["0_1", "1_2"]
+
+
 def test_sticky_the_larger_client_takes_the_shared_standby_task():
     """shouldAssignBasedOnCapacityWhenMultipleClientHaveStandbyTasks: both held 0_1 as a standby;
     c2, with twice the threads, takes it."""

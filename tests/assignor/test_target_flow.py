@@ -34,6 +34,7 @@ from assignor.target import (
     SHARE_PREFERENCE,
     STANDBY_CHAIN,
     STATEFUL_FLOOR,
+    STICKY_STATE_PREFERENCE,
     SUBTOPOLOGY_EXCESS,
     TIER_COST,
     CostModel,
@@ -130,7 +131,9 @@ class _Instance:
         """A rank's tier cost, none at a best rank that beats no state (KIP-441 property 1:
         with no client caught up, the most caught-up ones take the task at once)."""
         ranking = self.ranking
-        if not self.lag_aware or rank == ranking.best[task] < ranking.absent[task]:
+        if not self.lag_aware:  # any state beats none (a holder never ranks as no state but at 0)
+            return STICKY_STATE_PREFERENCE if rank == ranking.absent[task] != 0 else 0
+        if rank == ranking.best[task] < ranking.absent[task]:
             return 0
         return TIER_COST[tier_of(rank)]
 
@@ -139,7 +142,10 @@ class _Instance:
         (the rank of a client without state): both reach every client."""
         ranking = self.ranking
         rank = ranking.holders[task].get(client, ranking.absent[task])
-        own = self._tier(task, rank) + (0 if sticky else MOVE)
+        if sticky and not self.lag_aware:  # where it ran: free, state or not
+            own = 0
+        else:
+            own = self._tier(task, rank) + (0 if sticky else MOVE)
         return min(own, self._tier(task, ranking.absent[task]) + MOVE)
 
     def active_price(self, task: TaskId, client: str) -> int:
