@@ -142,10 +142,8 @@ class _Instance:
         (the rank of a client without state): both reach every client."""
         ranking = self.ranking
         rank = ranking.holders[task].get(client, ranking.absent[task])
-        if sticky and not self.lag_aware:  # where it ran: free, state or not
-            own = 0
-        else:
-            own = self._tier(task, rank) + (0 if sticky else MOVE)
+        # without lag awareness, where it ran is free, state or not
+        own = 0 if sticky and not self.lag_aware else self._tier(task, rank) + (0 if sticky else MOVE)
         return min(own, self._tier(task, ranking.absent[task]) + MOVE)
 
     def active_price(self, task: TaskId, client: str) -> int:
