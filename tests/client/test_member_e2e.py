@@ -81,6 +81,27 @@ async def test_a_member_applying_longer_than_its_session_keeps_it(leader):
         await member.close()
 
 
+async def test_two_live_workers_given_one_process_id_end_with_one_fenced_not_a_rebalance_storm(leader):
+    """A worker audit's find: the second worker's join superseded the first, which rejoined and
+    superseded the second, and so on: 90 generations a second, for good, a third member
+    rebalanced with them. The superseded one is fenced now, and stops with an error that names
+    the process id; the other keeps the client's tasks."""
+    first = GroupMember(leader.address, member_config("dup", 0), StaticLagSource())
+    await first.start()
+    await first.wait_for_assignment(timeout=10)
+    second = GroupMember(leader.address, member_config("dup", 0, endpoint=HostInfo("127.0.0.1", 7100)), StaticLagSource())
+    await second.start()
+    try:
+        await second.wait_for_assignment(timeout=10)
+        await asyncio.sleep(3 * SESSION_MS / 1000)
+        assert first.state.value == "closed" and isinstance(first.error, MemberError)
+        assert first.error.code == "ERROR_CODE_FENCED_INSTANCE_ID" and first.config.process_id in first.error.message
+        assert second.state.value == "stable" and set(second.assignment.active) == ALL
+        assert second.assignment.generation <= first.assignment.generation + 2
+    finally:
+        await close_all([first, second])
+
+
 async def test_a_member_killed_without_leaving_hands_its_tasks_to_caught_up_standbys(leader):
     members = await join(leader, "g", 3)
     try:

@@ -877,7 +877,7 @@ async def test_a_new_member_claiming_a_live_members_process_id_replaces_it(leade
     """StreamsPartitionAssignorTest.testAssignBasic: consumers that share a process id are one
     client. Here a member is a whole process, so a new member (no member id) that claims the
     process id of a live member is that process restarted: the old member is superseded
-    (UNKNOWN_MEMBER_ID) and the new one gets that client's tasks; no task is active twice."""
+    (fenced: FENCED_INSTANCE_ID) and the new one gets that client's tasks; no task is active twice."""
     a = leader.worker(process_id=_pid(1), port=7001, task_lags={"0_0": LATEST, "0_1": LATEST})
     b = leader.worker(process_id=_pid(2), port=7002, task_lags={"0_2": LATEST})
     await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
@@ -890,7 +890,7 @@ async def test_a_new_member_claiming_a_live_members_process_id_replaces_it(leade
     await rebalance(leader.clock, [b])
     assert (await joining).error_code == epb.ERROR_CODE_NONE
     assert (await again.sync()).error_code == epb.ERROR_CODE_NONE
-    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
     assert (sorted(again.active()), b.active()) == (["0_0", "0_1"], ["0_2"])
     group = await _describe(leader)
     assert sorted(m.member_id for m in group.members) == sorted([again.member_id, b.member_id])

@@ -118,11 +118,15 @@ def _actives_by_member(group: pb.GroupDescription) -> dict[str, list[str]]:
 
 async def test_rejoin_claiming_another_members_process_id_supersedes_it(leader):
     """One process id, one client: a member that rejoins as another live member's process
-    supersedes it, so no task ends up active on two workers."""
+    supersedes it, so no task ends up active on two workers. The superseded member is fenced,
+    not told to rejoin: alive, its rejoin would supersede the other in turn, for good."""
     a, b = await _pair(leader)
     b.process_id = a.process_id
     await rebalance(leader.clock, [b])
-    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    fenced = await a.heartbeat()
+    assert fenced.error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
+    assert fenced.error_message.startswith(f"fenced: a newer member joined with process_id {a.process_id!r}")
+    assert (await a.leave()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
     assert sorted(b.active()) == ["0_0", "0_1", "0_2"]
     group = await _describe(leader)
     assert _actives_by_member(group) == {b.member_id: ["0_0", "0_1", "0_2"]}
@@ -140,8 +144,8 @@ async def test_static_restart_claiming_another_members_process_id_rebalances(lea
     await rebalance(leader.clock, [restarted])
     assert restarted.generation > generation
     assert sorted(restarted.active()) == ["0_0", "0_1", "0_2"]
-    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
-    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID  # its process id taken
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID  # its instance id taken
     group = await _describe(leader)
     assert _actives_by_member(group) == {restarted.member_id: ["0_0", "0_1", "0_2"]}
 
