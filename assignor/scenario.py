@@ -65,6 +65,9 @@ def parse_problem_text(text: str) -> AssignmentProblem:
     return parse_problem(document)
 
 
+_NULL_COSTS = frozenset({"rack_aware_traffic_cost", "rack_aware_non_overlap_cost"})
+
+
 def _parse_config(raw: Any) -> AssignmentConfig:
     if raw is None:
         raw = {}
@@ -73,12 +76,11 @@ def _parse_config(raw: Any) -> AssignmentConfig:
     unknown = sorted(set(raw) - _CONFIG_KEYS)
     if unknown:
         raise InvalidInput(f"config.{unknown[0]}", "unknown configuration key")
-    values = {key: value for key, value in raw.items() if value is not None or key.startswith("rack_aware_")}
+    # null is the default, as leaving the key out; a null cost is the strategy's own default
+    values = {key: value for key, value in raw.items() if value is not None or key in _NULL_COSTS}
     if "rack_aware_assignment_tags" in values:
         tags = values["rack_aware_assignment_tags"]
-        if tags is None:
-            values.pop("rack_aware_assignment_tags")
-        elif not isinstance(tags, list):
+        if not isinstance(tags, list):
             raise InvalidInput("config.rack_aware_assignment_tags", "expected a list of tag keys")
         else:
             values["rack_aware_assignment_tags"] = tuple(tags)

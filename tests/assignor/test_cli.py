@@ -50,6 +50,17 @@ def test_valid_scenario_prints_one_assignment_document():
     assert isinstance(output["probing_rebalance_needed"], bool)
 
 
+def test_a_null_config_value_is_its_default_as_if_left_out():
+    """An assignor audit's find: "rack_aware_strategy": null exited 2 ("unknown strategy None")
+    while every other null took its default (scenario.md: a null cost is the strategy's own)."""
+    plain = run_cli({**VALID, "config": {}})
+    nulls = run_cli({**VALID, "config": dict.fromkeys((
+        "assignor", "num_standby_replicas", "acceptable_recovery_lag", "rack_aware_strategy",
+        "rack_aware_assignment_tags", "rack_aware_traffic_cost", "rack_aware_non_overlap_cost"))})
+    assert nulls.returncode == 0, nulls.stderr
+    assert nulls.stdout == plain.stdout
+
+
 def test_reads_a_file_argument_and_explains(tmp_path):
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(load_worked_scenarios()[0][1]["scenario"]))
