@@ -89,6 +89,10 @@ def _register_sidecar(subparsers) -> None:
                    help="how often the member heartbeats (with fresh lags); below the session timeout (default 3000)")
     p.add_argument("--apply-timeout-ms", type=int, default=30_000,
                    help="how long an acknowledging watcher may take to apply an assignment (default 30000)")
+    p.add_argument("--rebalance-timeout-ms", type=int, default=None,
+                   help="how long the leader waits for the member to rejoin a rebalance, which it does once the "
+                        "assignment in hand is applied (default: the larger of --session-timeout-ms and "
+                        "--apply-timeout-ms)")
     p.add_argument("--state-dir", default=None, help="run the state cleaner on this state directory")
     p.add_argument("--state-cleanup-delay-ms", type=int, default=600_000,
                    help="with --state-dir: delete state of tasks unassigned for this long (default 600000)")
@@ -143,6 +147,11 @@ def run_sidecar(args: argparse.Namespace) -> int:
         _check_range("--session-timeout-ms", args.session_timeout_ms, 1, MAX_INT)
         _check_range("--heartbeat-interval-ms", args.heartbeat_interval_ms, 1, MAX_INT)
         _check_range("--apply-timeout-ms", args.apply_timeout_ms, 0, MAX_INT)
+        if args.rebalance_timeout_ms is None:
+            # A rebalance that starts while the worker applies is joined once it is applied: with
+            # the session's 10 s, a worker taking the apply timeout's 30 s was dropped from it.
+            args.rebalance_timeout_ms = max(args.session_timeout_ms, args.apply_timeout_ms)
+        _check_range("--rebalance-timeout-ms", args.rebalance_timeout_ms, 1, MAX_INT)
         if args.heartbeat_interval_ms >= args.session_timeout_ms:  # by flag, before MemberConfig says it by field
             raise ValueError(f"--heartbeat-interval-ms: {args.heartbeat_interval_ms} must be below "
                              f"--session-timeout-ms ({args.session_timeout_ms}; Kafka: about a third)")
@@ -155,7 +164,8 @@ def run_sidecar(args: argparse.Namespace) -> int:
             group_id=args.group, topology=topology, group_instance_id=args.instance_id,
             endpoint=HostInfo.parse(args.endpoint, "--endpoint") if args.endpoint else None,
             rack=args.rack, client_tags=dict(args.tag), num_threads=args.threads, assignment_config=config,
-            session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms, **extra)
+            session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
+            rebalance_timeout_ms=args.rebalance_timeout_ms, **extra)
         options = SidecarOptions(server=args.server, member=member, listen=args.listen,
                                  apply_timeout_s=args.apply_timeout_ms / 1000, state_dir=args.state_dir,
                                  state_cleanup_delay_ms=args.state_cleanup_delay_ms,

@@ -67,6 +67,10 @@ async def test_sidecar_api_from_a_separate_process(leader, tmp_path):
             watch = sidecar.WatchAssignment(spb.WatchAssignmentRequest(acknowledge=True))
             first = await asyncio.wait_for(watch.read(), 10)
             assert tasks(first.assignment.active) == {TaskId(0, p) for p in range(4)}  # alone: every active
+            # a rebalance that starts while the worker applies is joined once applied: the leader
+            # waits as long as the apply may take (--apply-timeout-ms 60000, the session 1000)
+            (member,) = leader.server.coordinator.groups["g"].members.values()
+            assert member.rebalance_timeout_ms == 60_000
             # if the watcher was there before the assignment, the member waits for this ack
             await sidecar.AcknowledgeAssignment(
                 spb.AcknowledgeAssignmentRequest(generation_id=first.assignment.generation_id))
@@ -151,6 +155,8 @@ def _run_sidecar_cli(tmp_path, *flags: str, topology: str = TOPOLOGY, server: st
     pytest.param(["--session-timeout-ms", "3000000000"], TOPOLOGY, "127.0.0.1:1", "--session-timeout-ms",
                  id="session-timeout-beyond-int32"),
     pytest.param(["--threads", "3000000000"], TOPOLOGY, "127.0.0.1:1", "--threads", id="threads-beyond-int32"),
+    pytest.param(["--rebalance-timeout-ms", "0"], TOPOLOGY, "127.0.0.1:1", "--rebalance-timeout-ms",
+                 id="rebalance-timeout-zero"),
     pytest.param([], TOPOLOGY.replace("id: 0", "id: 5000000000"), "127.0.0.1:1", "subtopologies[0].id",
                  id="subtopology-id-beyond-int32"),
     pytest.param([], TOPOLOGY.replace("partitions: 4", "partitions: 5000000000"), "127.0.0.1:1",
