@@ -156,6 +156,22 @@ class MemberConfig:
             raise InvalidInput("process_id", f"expected a UUID (the worker process id), got {self.process_id!r}") from None
         if self.group_instance_id is not None and (not isinstance(self.group_instance_id, str) or not self.group_instance_id):
             raise InvalidInput("group_instance_id", "expected a non-empty string or none")
+        # the types the member uses only once it runs: refused here, named, not by a traceback later
+        if not isinstance(self.topology, Topology):
+            raise InvalidInput("topology", f"expected an assignor.topology.Topology, got {self.topology!r}")
+        if self.endpoint is not None:
+            endpoint = self.endpoint
+            if not isinstance(endpoint, HostInfo) or not isinstance(endpoint.host, str) or not endpoint.host \
+                    or isinstance(endpoint.port, bool) or not isinstance(endpoint.port, int) or not 0 < endpoint.port < 65536:
+                raise InvalidInput("endpoint", f"expected HostInfo(host, port) with a port in 1..65535 "
+                                               f"(HostInfo.parse('host:port')), got {endpoint!r}")
+        if self.rack is not None and not isinstance(self.rack, str):
+            raise InvalidInput("rack", f"expected a string or none, got {self.rack!r}")
+        if not isinstance(self.client_tags, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.client_tags.items()):
+            raise InvalidInput("client_tags", f"expected a mapping of strings to strings, got {self.client_tags!r}")
+        if not isinstance(self.assignment_config, AssignmentConfig):
+            raise InvalidInput("assignment_config", f"expected an AssignmentConfig, got {self.assignment_config!r}")
         _positive("num_threads", self.num_threads)
         _positive("session_timeout_ms", self.session_timeout_ms)
         _positive("rebalance_timeout_ms", self.rebalance_timeout_ms, minimum=0)
@@ -379,8 +395,12 @@ class GroupMember:
             if self.config.group_instance_id is not None:
                 request.group_instance_id = self.config.group_instance_id
             try:
-                await self._stub.LeaveGroup(request, timeout=2.0)
-                self._log.info("member.left", member_id=self.member_id)
+                left = await self._stub.LeaveGroup(request, timeout=2.0)
+                if left.error_code == epb.ERROR_CODE_NONE:
+                    self._log.info("member.left", member_id=self.member_id)
+                else:  # fenced, or dropped already: nothing left to leave
+                    self._log.info("member.leave.refused", member_id=self.member_id,
+                                   code=epb.ErrorCode.Name(left.error_code), message=left.error_message)
             except grpc.aio.AioRpcError as error:
                 self._log.warning("member.leave.failed", code=error.code().name)
         self._release_lock()

@@ -322,3 +322,9 @@ def test_member_config_names_bad_fields():
         member_config("", 0)
     with pytest.raises(InvalidInput, match="endpoint"):
         member_config("g", 0, endpoint=HostInfo.parse("nohost"))
+    # a worker audit's find: accepted, then the member stopped with a traceback naming nothing
+    for field, value in [("endpoint", "h:1"), ("endpoint", HostInfo("h", "70")), ("endpoint", HostInfo("h", 0)),
+                         ("topology", None), ("rack", 3), ("client_tags", {"zone": 1}), ("assignment_config", {})]:
+        with pytest.raises(InvalidInput) as refused:
+            member_config("g", 0, **{field: value})
+        assert refused.value.field == field
