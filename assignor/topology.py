@@ -87,7 +87,7 @@ class Topology:
             raise InvalidInput("topology.application_id", "expected a non-empty string")
         subs = tuple(subtopologies)
         seen_ids: set[int] = set()
-        seen_stores: set[str] = set()
+        seen_stores: dict[str, int] = {}  # store -> the subtopology listing it
         for index, sub in enumerate(subs):
             where = f"topology.subtopologies[{index}]"
             if isinstance(sub.id, bool) or not isinstance(sub.id, int) or sub.id < 0:
@@ -105,8 +105,10 @@ class Topology:
                 if not isinstance(store.name, str) or not store.name:
                     raise InvalidInput(f"{where}.stores", "a store needs a non-empty name")
                 if store.name in seen_stores:
-                    raise InvalidInput(f"{where}.stores", f"store {store.name!r} appears in two subtopologies")
-                seen_stores.add(store.name)
+                    raise InvalidInput(f"{where}.stores", f"store {store.name!r} listed twice"
+                                       if seen_stores[store.name] == index else
+                                       f"store {store.name!r} appears in two subtopologies")
+                seen_stores[store.name] = index
         return cls(tuple(sorted(subs, key=lambda s: s.id)), application_id)
 
     # ---- queries -------------------------------------------------------------------------------

@@ -271,6 +271,7 @@ def load_member_file(path: str | Path) -> tuple[Topology, AssignmentConfig]:
 
 
 _SUBTOPOLOGY_KEYS = frozenset({"id", "source_topics", "partitions", "stores"})
+_STORE_KEYS = frozenset({"name", "logged", "changelog_topic"})
 
 
 def parse_member_document(document: Any) -> tuple[Topology, AssignmentConfig]:
@@ -280,8 +281,8 @@ def parse_member_document(document: Any) -> tuple[Topology, AssignmentConfig]:
     if unknown:
         raise InvalidInput(unknown[0], "unknown key")
     raw_subs = document.get("subtopologies")
-    if not isinstance(raw_subs, list):
-        raise InvalidInput("subtopologies", "expected a list")
+    if not isinstance(raw_subs, list) or not raw_subs:
+        raise InvalidInput("subtopologies", "expected a list of at least one subtopology")
     subs = []
     for index, raw in enumerate(raw_subs):
         where = f"subtopologies[{index}]"
@@ -303,11 +304,19 @@ def parse_member_document(document: Any) -> tuple[Topology, AssignmentConfig]:
         for s_index, store in enumerate(raw_stores):
             if isinstance(store, str):
                 store = {"name": store}
-            if not isinstance(store, Mapping) or not set(store) <= {"name", "logged", "changelog_topic"}:
-                raise InvalidInput(f"{where}.stores[{s_index}]", "expected {name, logged?, changelog_topic?}")
+            if not isinstance(store, Mapping):
+                raise InvalidInput(f"{where}.stores[{s_index}]", "expected a store name or {name, logged?, changelog_topic?}")
+            unknown = sorted(set(store) - _STORE_KEYS, key=str)
+            if unknown:
+                raise InvalidInput(f"{where}.stores[{s_index}].{unknown[0]}",
+                                   f"unknown key (expected {', '.join(sorted(_STORE_KEYS))})")
             logged = store.get("logged", True)
             if not isinstance(logged, bool):
                 raise InvalidInput(f"{where}.stores[{s_index}].logged", f"expected true or false, got {logged!r}")
+            changelog = store.get("changelog_topic")
+            if changelog is not None and (not isinstance(changelog, str) or not changelog):
+                raise InvalidInput(f"{where}.stores[{s_index}].changelog_topic",
+                                   f"expected a topic name, got {changelog!r}")
             stores.append(StateStore(store.get("name"), logged, store.get("changelog_topic")))
         topics = raw.get("source_topics")
         if not isinstance(topics, list):

@@ -77,14 +77,30 @@ def test_sloppy_member_documents_are_refused_naming_the_field(document, field):
     pytest.param({"application_id": "a", "subtopologies": [{"id": 0, "partitions": 1}]}, "subtopologies[0].source_topics",
                  id="no-source-topics"),
     pytest.param({"application_id": "a", "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 1,
-                                                            "stores": [{"nme": "x"}]}]}, "subtopologies[0].stores[0]",
-                 id="bad-store"),
-    pytest.param({"application_id": "a", "subtopologies": [], "config": {"num_standbys": 1}}, "config.num_standbys",
-                 id="unknown-config-key"),
-    pytest.param({"application_id": "a", "subtopologies": [], "config": {"num_standby_replicas": -1}},
-                 "config.num_standby_replicas", id="bad-config-value"),
+                                                            "stores": [{"nme": "x"}]}]}, "subtopologies[0].stores[0].nme",
+                 id="misspelt-store-key"),
+    pytest.param({"application_id": "a", "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 1,
+                                                            "stores": [7]}]}, "subtopologies[0].stores[0]",
+                 id="store-not-a-name"),
+    pytest.param({"application_id": "a", "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 1,
+                                                            "stores": [{"name": "x", "changelog_topic": 7}]}]},
+                 "subtopologies[0].stores[0].changelog_topic", id="changelog-topic-not-a-name"),
+    # a worker audit's find: passed the local checks, then the sidecar exited 1 at the server
+    pytest.param({"application_id": "a", "subtopologies": []}, "subtopologies", id="empty-subtopologies"),
+    pytest.param({"application_id": "a", "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 1}],
+                  "config": {"num_standbys": 1}}, "config.num_standbys", id="unknown-config-key"),
+    pytest.param({"application_id": "a", "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 1}],
+                  "config": {"num_standby_replicas": -1}}, "config.num_standby_replicas", id="bad-config-value"),
 ])
 def test_bad_member_documents_name_the_field(document, field):
     with pytest.raises(InvalidInput) as error:
         parse_member_document(document)
     assert error.value.field == field
+
+
+def test_a_store_listed_twice_in_one_subtopology_is_said_so():
+    """A worker audit's find: it was said to appear in two subtopologies."""
+    document = {"application_id": "a", "subtopologies": [{"id": 0, "source_topics": ["t"], "partitions": 1,
+                                                          "stores": ["x", "x"]}]}
+    with pytest.raises(InvalidInput, match="store 'x' listed twice"):
+        parse_member_document(document)
