@@ -108,7 +108,7 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     # Balanced as it is, or once the stateless tasks nobody ran are packed: the next round
     # would keep it, so its warm-ups and probing rebalance would be wasted.
     if placement.probing and (_balanced_once_caught_up(group, placement, config)
-                              or (_pack_stateless_orphans(group, placement, actives)
+                              or (_pack_stateless_orphans(group, placement, actives, config, view)
                                   and _balanced_once_caught_up(group, placement, config))):
         _stop_moving(group, placement)
     for task in group.stateless:
@@ -116,7 +116,8 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     return _result(group, placement, config, report)
 
 
-def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mapping[TaskId, str]) -> bool:
+def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mapping[TaskId, str],
+                            config: AssignmentConfig, view: rack_aware.RackView) -> bool:
     """KIP-441 "Stateless tasks": the assignor "packs the stateless tasks into the cluster to
     achieve the best balance it can with respect to the assignments of stateful tasks". The
     target's stateless actives balance the target's stateful ones; while stateful actives wait
@@ -124,7 +125,10 @@ def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mappin
     newcomer restoring its first tasks would run nothing). So a stateless task without a live
     previous owner, which moves wherever it goes, goes to the client whose load (active tasks
     per thread) stays least with it, its target client among equals: one at a time, the best
-    balance the other tasks allow. A stateless task with a live owner keeps following the
+    balance the other tasks allow, then, rack-aware, at the least cross-rack traffic among
+    those clients (``rack_aware.place_stateless``: packed one at a time in task order, a task
+    reading a partition of one rack went to a client of another while a swap of two packed
+    tasks read none across racks). A stateless task with a live owner keeps following the
     target, sticky: moving it now would move it back later (docs/assignor.md, "Three steps").
     Whether any of them left its target client: the placement may then be balanced as it is,
     and the moves still waiting would be wasted."""
@@ -153,6 +157,7 @@ def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mappin
         counts[chosen] += 1
         if chosen == client:
             heapq.heapreplace(heap, ((counts[client] + 1) * per_thread[client], order[client], client))
+    placement.active.update(rack_aware.place_stateless(group, placement.active, tuple(orphans), config, view))
     return any(placement.active[task] != actives[task] for task in orphans)
 
 

@@ -144,6 +144,18 @@ def optimize_actives(
     return result, report
 
 
+def place_stateless(group: Group, actives: Mapping[TaskId, str], tasks: tuple[TaskId, ...], config: AssignmentConfig,
+                    view: RackView) -> dict[TaskId, str]:
+    """KIP-925 4.E for stateless ``tasks`` already placed (``actives``) by a step that knows
+    nothing of racks: each client keeps its count of them, at the least cross-rack traffic
+    (``STATELESS_COSTS``). The high-availability assignor's packing of stateless tasks nobody
+    ran (``high_availability._pack_stateless_orphans``) is such a step."""
+    if view.reason or not tasks:
+        return {task: actives[task] for task in tasks}
+    assignment = solve_compressed(placement_problem(group, actives, config, tasks, view.racks, STATELESS_COSTS))
+    return {task: group.clients[client] for task, client in zip(tasks, assignment.tolist(), strict=True)}
+
+
 def placement_problem(
     group: Group,
     actives: Mapping[TaskId, str],

@@ -19,7 +19,7 @@ from assignor import assign, rack_standby
 from assignor.balance import quotas
 from assignor.convergence import settle
 from assignor.lag import Lag
-from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
+from assignor.model import LATEST, AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
 from assignor.rack_aware import optimize_actives, optimize_standbys
 from assignor.ranking import rank_clients
 from assignor.target import CostModel, Group, active_target, standby_target
@@ -97,6 +97,25 @@ def test_report_counts_active_cross_rack_partitions_before_and_after():
     report = result.rack_awareness
     assert (report.enabled, report.cross_rack_before, report.cross_rack_after) == (True, 2, 0)
     assert result.clients["a"].active == (TaskId(0, 1),)
+
+
+@pytest.mark.parametrize("strategy", ["min_traffic", "balance_subtopology"])
+def test_stateless_tasks_nobody_ran_are_packed_at_the_least_traffic(strategy):
+    """An assignor audit's find (KIP-925 4.E): while a stateful active waits on c0 for its
+    warm-up, the stateless tasks nobody ran are packed on the idle clients one at a time, in
+    task order (``_pack_stateless_orphans``): 2_0, reading a partition only rack r3 holds, went
+    to c2 in r2 and 1_1, reading nothing, to c1 in r3, and the result was final. Among the
+    clients the packing chose, the least cross-rack traffic: 2_0 on c1."""
+    tasks = [TaskSpec(TaskId(0, 1), True), TaskSpec(TaskId(1, 1), False),
+             TaskSpec(TaskId(2, 0), False, partitions=(_tp("t2", 0, "r3"),)), TaskSpec(TaskId(2, 1), True)]
+    clients = [ClientState("c0", rack="r1", lags=MappingProxyType({TaskId(0, 1): Lag.behind(5), TaskId(2, 1): LATEST})),
+               ClientState("c1", rack="r3"),
+               ClientState("c2", rack="r2", lags=MappingProxyType({TaskId(2, 1): Lag.behind(10_000_000)}))]
+    config = AssignmentConfig(num_standby_replicas=3, rack_aware_strategy=strategy, rack_aware_non_overlap_cost=0)
+    result = assign(tasks, clients, config)
+    actives = {task: client for client, a in result.clients.items() for task in a.active}
+    assert actives[TaskId(2, 0)] == "c1" and actives[TaskId(1, 1)] == "c2"
+    assert _active_cross(tasks, clients, actives) == 0
 
 
 # --- standbys: spread first, then traffic (KIP-925 C, KIP-708) ------------------------------
