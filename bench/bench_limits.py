@@ -12,6 +12,10 @@ largest allowed requests is served:
 - assign: an ``Assign`` of ``--tasks`` tasks (max_tasks_per_assign) over ``--assign-clients``
   clients, each reporting a lag for a share of the tasks.
 
+- (``--concurrent-assigns K``, default 12) K such Assign calls at once, then a new group of 5,000
+  tasks forms: its rebalance time beside them against its time alone, and how the calls ended
+  (at most --max-concurrent-assigns are computed at once, the rest refused).
+
 Baseline: the same probe loop against the idle server, just before each row, in the same run.
 Prints, per row, the request's own time and the probes' median and worst latency (health check
 and heartbeat), and the ratio of the worst health check to the idle worst.
@@ -174,9 +178,41 @@ async def main(args: argparse.Namespace) -> None:
 
                     name = f"Assign x {args.assign_clients} clients, {problem.ByteSize() / 1e6:.1f} MB"
                     print(_row(name, *await _measured(probes, assign), idle_worst))
+                    if args.concurrent_assigns:
+                        await _flood_row(stub, pb.AssignRequest(problem=problem), args.concurrent_assigns, round_)
         finally:
             server.terminate()
             server.wait(20)
+
+
+async def _flood_row(stub: pb_grpc.GroupLeaderStub, request: pb.AssignRequest, calls: int, round_: int) -> None:
+    """``calls`` Assign calls at once, then a new group of 5,000 tasks forms: its rebalance (join
+    to sync) against the same group's alone, just before. The Assign calls run apart from the
+    groups' rebalances, at most --max-concurrent-assigns at once (docs/security.md)."""
+    async def form(group: str) -> float:
+        started = time.perf_counter()
+        answer = await stub.JoinGroup(_join(group, _topology(5_000), {}), timeout=600)
+        sync = await stub.SyncGroup(pb.SyncGroupRequest(group_id=group, member_id=answer.member_id,
+                                                        generation_id=answer.generation_id), timeout=600)
+        if answer.error_code or sync.error_code:
+            raise RuntimeError(f"the group {group} did not form: {answer.error_code} / {sync.error_code}")
+        return time.perf_counter() - started
+
+    async def assign() -> str:
+        try:
+            await stub.Assign(request, timeout=600)
+            return "answered"
+        except grpc.aio.AioRpcError as error:
+            return error.code().name
+
+    alone = await form(f"alone-{round_}")
+    flood = [asyncio.create_task(assign()) for _ in range(calls)]
+    await asyncio.sleep(4.0)
+    beside = await form(f"beside-{round_}")
+    outcomes = await asyncio.gather(*flood)
+    counts = ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes)))
+    print(f"| a 5,000-task group's rebalance beside {calls} Assign calls ({counts}) | {beside:.2f} s "
+          f"(alone {alone:.2f} s) | | | |")
 
 
 def request_bytes(topology: pb.Topology, lags: dict) -> bytes:
@@ -188,4 +224,6 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=50_000)
     parser.add_argument("--assign-clients", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--concurrent-assigns", type=int, default=12,
+                        help="one more row: this many Assign calls at once beside a group's rebalance (0: none)")
     asyncio.run(main(parser.parse_args()))
