@@ -110,6 +110,7 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
     if placement.probing and (_balanced_once_caught_up(group, placement, config)
                               or (_pack_stateless_orphans(group, placement, actives, config, view)
                                   and _balanced_once_caught_up(group, placement, config))):
+        _spread_settled(group, placement, config, ranking, view)
         _stop_moving(group, placement)
     for task in group.stateless:
         _explain_active(placement, group, task, placement.active[task], ranking=None)
@@ -183,6 +184,29 @@ def _balanced_once_caught_up(group: Group, placement: _Placement, config: Assign
         for client in standbys:
             replica_counts[client] += 1
     return replicas_balanced(replica_counts, group.threads, config.balance_factor)
+
+
+def _spread_settled(group: Group, placement: _Placement, config: AssignmentConfig, ranking: Ranking,
+                    view: rack_aware.RackView) -> None:
+    """Spread the standbys of a placement that settles as it is (KIP-708, KIP-925 C): the spread
+    ran on the target, and where the placement keeps a caught-up active off its target client
+    and gives that client the freed standby slot, a standby can share its active's tag value
+    while a swap of two standbys spreads both (an audit found 36 of 1,500 random tagged groups
+    settling so, for good: fed back caught up, the previous assignment is kept). Kept only when
+    the result is still balanced once caught up (the spread keeps each client in its window)."""
+    before = {task: tuple(sorted(holders)) for task, holders in placement.standbys.items()}
+    spread = rack_aware.optimize_standbys(group, placement.active, before, config, ranking, view)
+    moved = {task for task, holders in spread.items() if tuple(sorted(holders)) != before.get(task, ())}
+    if not moved:
+        return
+    for task in moved:
+        placement.standbys[task] = sorted(spread[task])
+    if not _balanced_once_caught_up(group, placement, config):
+        for task in moved:
+            placement.standbys[task] = list(before[task])
+        return
+    # their standbys are explained again, as replicas added where they were not held (``_stop_moving``)
+    placement.reasons = [r for r in placement.reasons if not (r.role is Role.STANDBY and r.task in moved)]
 
 
 def _stop_moving(group: Group, placement: _Placement) -> None:

@@ -118,6 +118,28 @@ def test_stateless_tasks_nobody_ran_are_packed_at_the_least_traffic(strategy):
     assert _active_cross(tasks, clients, actives) == 0
 
 
+def test_a_placement_that_settles_as_it_is_spreads_its_standbys_over_tags():
+    """An assignor audit's find (KIP-708; 36 of 1,500 random tagged groups): the spread ran on the
+    target, which moves 0_1 off a1 and 0_2 off b1; the placement keeps both on their caught-up
+    owners, gives a2 and b2 the freed standby slots, and settles as balanced: 0_1's standby in
+    its own cluster a, 0_2's in b, for good, while swapping the two spreads both at no cost
+    (neither a2 nor b2 holds state)."""
+    tasks = [TaskSpec(TaskId(0, p), True, 100_000) for p in range(3)]
+    clients = [ClientState("a1", tags=MappingProxyType({"cluster": "a"}), prev_active=frozenset({TaskId(0, 1)}),
+                           lags=MappingProxyType({TaskId(0, 1): LATEST})),
+               ClientState("a2", 3, tags=MappingProxyType({"cluster": "a"})),
+               ClientState("b1", tags=MappingProxyType({"cluster": "b"}), prev_active=frozenset({TaskId(0, 2)}),
+                           lags=MappingProxyType({TaskId(0, 2): LATEST})),
+               ClientState("b2", 3, tags=MappingProxyType({"cluster": "b"}))]
+    result = assign(tasks, clients, AssignmentConfig(num_standby_replicas=1, rack_aware_assignment_tags=("cluster",)))
+    assert not result.probing_rebalance_needed
+    cluster = {c.id: c.tags["cluster"] for c in clients}
+    for client, roles in result.clients.items():
+        for task in roles.active:
+            (holder,) = [c for c, r in result.clients.items() if task in r.standby]
+            assert cluster[holder] != cluster[client], (task, client, holder)
+
+
 # --- standbys: spread first, then traffic (KIP-925 C, KIP-708) ------------------------------
 
 def _standby_case(clients, specs, actives, standbys, **config):
