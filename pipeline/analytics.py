@@ -17,11 +17,13 @@ record) after the group last settled, and ends when it settles again.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from pipeline.rebalance_log import LAG_BUCKETS, InvalidLog, expand_paths, line_metrics
+from pipeline.rebalance_log import LAG_BUCKETS, InvalidLog, expand_paths, is_url, line_metrics
+from pipeline.spark import hadoop_literal
 
 RECORD_COLUMNS: list[tuple[str, str]] = [
     ("group_id", "string"), ("generation", "long"), ("time_ms", "long"), ("compute_ms", "double"),
@@ -44,11 +46,51 @@ def parse_partition(rows: Any) -> Any:
             yield tuple(metrics.get(name) for name in names)
 
 
-def read_records(spark: Any, files: list[str], partitions: int | None = None) -> Any:
-    """Every log line measured: a DataFrame of RECORD_COLUMNS (bad lines have ``error`` set)."""
+#: A file suffix kept when staging, so Hadoop still picks the codec by name (``.gz``, ``.bz2``).
+_SUFFIX = re.compile(r"^\.[A-Za-z0-9]{1,10}$")
+
+
+def stage_files(files: list[str], folder: Path) -> tuple[list[str], dict[str, str]]:
+    """The paths to hand Spark, and each staged name's original path.
+
+    Hadoop reads a path as a glob, skips any file whose name starts with ``_`` or ``.``, and
+    cannot open names with a colon; so every local file is read through a symlink under a
+    plain name (``f000000.jsonl``) in ``folder`` (inside ``--out``, which the executors share).
+    A cluster URL is passed as it is, its glob characters escaped.
+    """
+    shutil.rmtree(folder, ignore_errors=True)  # what an interrupted run left
+    folder.mkdir(parents=True)
+    paths, names = [], {}
+    for index, original in enumerate(files):
+        if is_url(original):
+            paths.append(hadoop_literal(original))
+            continue
+        suffix = Path(original).suffix
+        name = f"f{index:06d}{suffix if _SUFFIX.match(suffix) else ''}"
+        (folder / name).symlink_to(Path(original).resolve())
+        names[name] = original
+        paths.append("file://" + hadoop_literal(str((folder / name).absolute())))
+    return paths, names
+
+
+def read_records(spark: Any, files: list[str], partitions: int | None = None, *, staging: Path) -> Any:
+    """Every log line measured: a DataFrame of RECORD_COLUMNS (bad lines have ``error`` set).
+    Each of ``files`` is read exactly, whatever its name (``stage_files``, under ``staging``);
+    ``source`` is the path as given."""
     from pyspark.sql import functions as F
 
-    lines = spark.read.text(files).select("value", F.col("_metadata.file_path").alias("source"))
+    paths, names = stage_files(files, staging)
+    read = F.col("_metadata.file_path")
+    source = read
+    if names:
+        original = F.create_map(*[F.lit(x) for pair in sorted(names.items()) for x in pair])
+        source = F.coalesce(F.element_at(original, F.element_at(F.split(read, "/"), -1)), read)
+    from pyspark.errors import AnalysisException
+
+    try:
+        lines = spark.read.text(paths).select("value", source.alias("source"))
+    except AnalysisException as error:  # a cluster URL that is not there: one line, not a traceback
+        raise InvalidLog(f"LOGS: {str(error).splitlines()[0]}") from None
     if partitions:
         lines = lines.repartition(partitions)
     schema = ", ".join(f"`{name}` {kind}" for name, kind in RECORD_COLUMNS)
@@ -114,32 +156,40 @@ def bucket_for_span(span_s: float, buckets: int = TIMELINE_BUCKETS) -> int:
 def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int | None = None, report: bool = True,
             partitions: int | None = None, show_progress: bool = True) -> dict[str, Any]:
     """Measure every record of the logs at ``paths`` and write the tables under ``out``."""
+    files = expand_paths(paths)
+    out = Path(out).absolute()  # a relative name with a colon would be a URL scheme to Hadoop
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = [out / "_staged_logs", out / "_parsed"]
+    try:
+        return _analyze(spark, files, out, bucket_s=bucket_s, report=report, partitions=partitions,
+                        show_progress=show_progress)
+    finally:  # success or refusal, no scratch copy of the lines is left behind
+        for folder in scratch:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _analyze(spark: Any, files: list[str], out: Path, *, bucket_s: int | None, report: bool,
+             partitions: int | None, show_progress: bool) -> dict[str, Any]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from pipeline.spark import progress
+    from pipeline.sweep import write_report
 
-    files = expand_paths(paths)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     with progress(spark, f"measure rebalance log ({len(files)} files)", enabled=show_progress):
-        parsed = read_records(spark, files, partitions)
+        parsed = read_records(spark, files, partitions, staging=out / "_staged_logs")
         parsed.write.mode("overwrite").parquet(str(out / "_parsed"))
-    parsed = spark.read.parquet(str(out / "_parsed"))
+    parsed = spark.read.parquet(hadoop_literal(str(out / "_parsed")))
     bad = parsed.where(F.col("error").isNotNull())
     good = parsed.where(F.col("error").isNull())
-    try:
-        _require_records(parsed, bad, len(files))
-    except InvalidLog:  # refused: no report, and no scratch copy of the lines left behind
-        shutil.rmtree(out / "_parsed", ignore_errors=True)
-        raise
+    _require_records(parsed, bad, len(files))
     records = good.dropDuplicates(["group_id", "generation", "time_ms"]).drop("error")
     records.orderBy("group_id", "time_ms", "generation").write.mode("overwrite").parquet(str(out / "records"))
-    records = spark.read.parquet(str(out / "records"))
+    records = spark.read.parquet(hadoop_literal(str(out / "records")))
 
     episodes = episodes_of(records)
     episodes.orderBy("group_id", "start_ms").write.mode("overwrite").parquet(str(out / "episodes"))
-    episodes = spark.read.parquet(str(out / "episodes"))
+    episodes = spark.read.parquet(hadoop_literal(str(out / "episodes")))
 
     ordered = Window.partitionBy("group_id").orderBy("time_ms", "generation")
     latest = Window.partitionBy("group_id").orderBy(F.desc("time_ms"), F.desc("generation"))
@@ -204,7 +254,9 @@ def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int | No
     if report:
         from pipeline.report import analytics_report
 
-        (out / "report.html").write_text(analytics_report(data), encoding="utf-8")
+        write_report(out, analytics_report(data))
+    else:
+        write_report(out, None)
     return data
 
 
@@ -233,7 +285,7 @@ def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> 
     """Small aggregates for the report, read back from the tables just written."""
     from pyspark.sql import functions as F
 
-    read = lambda name: spark.read.parquet(str(out / name))  # noqa: E731
+    read = lambda name: spark.read.parquet(hadoop_literal(str(out / name)))  # noqa: E731
     records = read("records")
     record_count = records.count()
     lag_rows: dict[str, list[int]] = {}

@@ -37,6 +37,7 @@ MAX_REPETITIONS = 10_000
 MAX_RUNS = 100_000  # starting groups x events x configs x repetitions
 MAX_SIMULATED_REBALANCES = 10_000_000  # runs x timing.max_rebalances: the sweep's worst case
 _GROUP_DEFAULTS = {f.name: f.default for f in fields(GroupShape)}
+_LOGGED_START_AXES = ("restore_rate", "append_rate", "changelog_offsets")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,18 +68,20 @@ def load_grid(path: str | Path) -> Plan:
 def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
     if not isinstance(document, Mapping):
         raise InvalidSpec("(grid)", "expected a mapping with group, events and configs")
-    unknown = sorted(set(document) - set(TOP_LEVEL))
+    unknown = sorted(set(document) - set(TOP_LEVEL), key=str)  # YAML keys may be numbers too
     if unknown:
-        raise InvalidSpec(unknown[0], f"unknown grid key; expected one of {', '.join(TOP_LEVEL)}")
+        raise InvalidSpec(str(unknown[0]), f"unknown grid key; expected one of {', '.join(TOP_LEVEL)}")
     name = str(document.get("name", "grid"))
     repetitions = document.get("repetitions", 1)
     if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
         raise InvalidSpec("repetitions", f"expected an integer >= 1, got {repetitions!r}")
     if repetitions > MAX_REPETITIONS:
         raise InvalidSpec("repetitions", f"expected an integer <= {MAX_REPETITIONS}, got {repetitions!r}")
-    timing = _build("timing", Timing, document.get("timing") or {})
-    group_axes = _axes("group", document.get("group") or {}, GroupShape)
-    config_axes = _axes("configs", document.get("configs") or {}, SimConfig)
+    timing = _build("timing", Timing, _section(document, "timing", "a mapping such as {max_rebalances: 100}"))
+    group_axes = _axes("group", _section(document, "group", "a mapping of axis name to a value or a list"),
+                       GroupShape)
+    config_axes = _axes("configs", _section(document, "configs", "a mapping of axis name to a value or a list"),
+                        SimConfig)
     events_raw = document.get("events")
     if not isinstance(events_raw, list) or not events_raw:
         raise InvalidSpec("events", "expected a non-empty list such as [scale_out:2, lose_rack]")
@@ -101,8 +104,9 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
     if not isinstance(from_log, list) or not all(isinstance(p, str) for p in from_log):
         raise InvalidSpec("from_log", "expected a list of rebalance-log files or directories")
     if from_log:
-        rate_points = {(p.get("restore_rate", _GROUP_DEFAULTS["restore_rate"]),
-                        p.get("append_rate", _GROUP_DEFAULTS["append_rate"]))
+        # A logged start takes the rates, and the changelog size of tasks its record gives none,
+        # from the group axes (pipeline.simulation.Rates).
+        rate_points = {tuple(p.get(name, _GROUP_DEFAULTS[name]) for name in _LOGGED_START_AXES)
                        for p in _product(group_axes)}
         paths = [str((base / p) if not Path(p).is_absolute() else p) for p in from_log]
         try:
@@ -115,9 +119,9 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
             raise InvalidSpec("from_log", f"no valid rebalance-log record in {', '.join(from_log)}")
         _check_size(len(starts) + len(logged) * len(rate_points), per_start, timing)
         for group_id, record in sorted(logged.items()):
-            for restore, append in sorted(rate_points):
-                rates = _build("group", Rates, {"restore_rate": restore, "append_rate": append})
-                starts.append((f"log:{group_id}", {"restore_rate": restore, "append_rate": append}, (record, rates)))
+            for values in sorted(rate_points, key=repr):
+                point = dict(zip(_LOGGED_START_AXES, values, strict=True))
+                starts.append((f"log:{group_id}", point, (record, _build("group", Rates, point))))
 
     runs, skipped = [], []
     for (start, point, shape), event in itertools.product(starts, events):
@@ -142,6 +146,17 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
     if from_log:
         varying.append("start")
     return Plan(name, tuple(runs), tuple(skipped), tuple(varying))
+
+
+def _section(document: Mapping[str, Any], name: str, expected: str) -> Mapping[str, Any]:
+    """A section of the grid, absent or empty meaning defaults; anything but a mapping is refused
+    here, before its characters or items could be read as keys (``timing: abc``)."""
+    value = document.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSpec(name, f"expected {expected}, got {value!r}")
+    return value
 
 
 def _size(axes: Mapping[str, Sequence[Any]]) -> int:
@@ -182,7 +197,7 @@ def _product(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 def _build(section: str, cls: type, values: Mapping[str, Any]) -> Any:
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
+    unknown = sorted(set(values) - known, key=str)  # YAML keys may be numbers too
     if unknown:
         raise InvalidSpec(f"{section}.{unknown[0]}", f"unknown key; expected one of {', '.join(sorted(known))}")
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,24 @@ class InvalidLog(ValueError):
     """A rebalance-log path that cannot be read, or logs holding no valid record."""
 
 
+#: A cluster URL (``hdfs://``, ``s3a://``...): read by Spark where it is.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(path: str) -> bool:
+    return bool(_URL.match(path)) and not path.startswith("file:")
+
+
 def expand_paths(paths: Iterable[str]) -> list[str]:
     """Log files from arguments: files as given; a directory (a state dir, its ``rebalance-log/``
-    or any folder) contributes ``rebalances.jsonl`` and its rotated ``.1``, ``.2``, ..."""
+    or any folder) contributes ``rebalances.jsonl`` and its rotated ``.1``, ``.2``, ...; a cluster
+    URL (``hdfs://``, ``s3a://``) names one file, read by Spark where it is. Every name is
+    literal: nothing is a glob (``pipeline.analytics.stage_files``)."""
     files: list[str] = []
     for raw in paths:
+        if is_url(raw):
+            files.append(raw)
+            continue
         path = Path(raw)
         if path.is_dir():
             folder = path / "rebalance-log" if (path / "rebalance-log").is_dir() else path
@@ -235,6 +249,8 @@ def latest_per_group(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
     """Each group's latest record (by time, then generation): a real group to simulate from."""
     latest: dict[str, dict[str, Any]] = {}
     for path in expand_paths(paths):
+        if is_url(path):
+            raise InvalidLog(f"LOGS: {path}: a simulation starts from local log files only")
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 record, _ = parse_line(line)

@@ -296,7 +296,8 @@ def analytics_report(data: Mapping[str, Any]) -> str:
             ("lag_p95_max", "lag p95 (max)")])))]
     bucket = _duration(data.get("bucket_s", 3600))
     sections.append((f"Rebalances over time ({bucket} buckets)",
-                     _timeline(data["timeline"], "rebalances", f"rebalances per {bucket}")))
+                     _timeline(data["timeline"], "rebalances", f"rebalances per {bucket}",
+                               zero_every_s=data.get("bucket_s", 3600))))
     sections.append((f"Warm-ups in flight over time ({bucket} buckets)",
                      _timeline(data["timeline"], "warmups_max", "most warm-ups in flight")))
     sections.append((f"Imbalance over time ({bucket} buckets)",
@@ -319,10 +320,26 @@ def _duration(seconds: int) -> str:
     return f"{seconds} s"
 
 
-def _timeline(rows: Sequence[Mapping[str, Any]], metric: str, label: str) -> str:
+def with_empty_buckets(points: Sequence[tuple[float, float]], bucket_s: float) -> list[tuple[float, float]]:
+    """A count per bucket drawn as steps: a bucket with no record is a 0, not the previous bucket's
+    count carried across the gap (only the first empty bucket of a gap is needed for the step)."""
+    ordered = sorted(points)
+    filled = []
+    for (t, value), following in zip(ordered, [*ordered[1:], None], strict=True):
+        filled.append((t, value))
+        if following is not None and following[0] > t + bucket_s:
+            filled.append((t + bucket_s, 0.0))
+    return filled
+
+
+def _timeline(rows: Sequence[Mapping[str, Any]], metric: str, label: str, zero_every_s: float | None = None) -> str:
+    """A metric per group over time. A count per bucket (``zero_every_s``: the bucket) is 0 in an
+    empty bucket; a state such as imbalance holds from one rebalance to the next, so it carries."""
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         series[row["group_id"]].append((row["bucket_ms"] / 1000.0, row[metric] or 0.0))
+    if zero_every_s:
+        series = defaultdict(list, {g: with_empty_buckets(p, zero_every_s) for g, p in series.items()})
     if len({t for points in series.values() for t, _ in points}) < 2:
         return '<p class="note">no data to draw over time: all records fall in one bucket (the tables have the numbers)</p>'
     fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")

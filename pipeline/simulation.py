@@ -76,6 +76,7 @@ MAX_OFFSETS = 10**15  # changelog sizes, lags and acceptable_recovery_lag, in of
 MAX_RATE = 10**12  # offsets per second
 MAX_SECONDS = 365 * 86_400  # any duration: one simulated year
 MAX_REBALANCES = 10_000  # timing.max_rebalances
+DEFAULT_CHANGELOG_OFFSETS = 1_000_000  # group.changelog_offsets
 
 
 class InvalidSpec(InvalidInput):
@@ -97,7 +98,7 @@ class GroupShape:
     partitions: int = 6
     stateful_share: float = 1.0
     standbys: int = 1
-    changelog_offsets: int = 1_000_000
+    changelog_offsets: int = DEFAULT_CHANGELOG_OFFSETS
     lag: str = "in_sync"
     restore_rate: float = 10_000.0
     append_rate: float = 100.0
@@ -123,13 +124,17 @@ class GroupShape:
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """Restoration and changelog growth, offsets per second per replica."""
+    """Restoration and changelog growth, offsets per second per replica; and, for a logged start
+    whose record gives a task no ``changelog_offsets``, the size a fresh replica restores (at
+    least the largest lag a member reports for it): without one it would restore for free."""
 
     restore_rate: float
     append_rate: float
+    changelog_offsets: int = DEFAULT_CHANGELOG_OFFSETS
 
     def __post_init__(self) -> None:
         _check_rates(self.restore_rate, self.append_rate)
+        _require_int("group.changelog_offsets", self.changelog_offsets, 0, MAX_OFFSETS)
         _floats(self, "restore_rate", "append_rate")
 
 
@@ -363,6 +368,11 @@ class _World:
     clock: _Clock
     standbys: int
     crashed: set[str] = field(default_factory=set)  # gone, but the group has not noticed yet
+    sizes: dict[TaskId, int] = field(default_factory=dict)  # offsets a fresh replica restores
+
+    def fresh(self, task: TaskId) -> int:
+        """A fresh replica's lag in clock units: the task's whole changelog."""
+        return self.clock.units(self.sizes.get(task, self.specs[task].changelog_offsets or 0))
 
 
 def generate_group(shape: GroupShape, rng: random.Random) -> tuple[tuple[TaskSpec, ...], list[Member]]:
@@ -449,8 +459,9 @@ def _standby_lags(world: _World, lag: str, rng: random.Random) -> None:
 def world_from_log(start: Mapping[str, Any], rates: Rates) -> tuple[_World, int]:
     """A real group from a rebalance-log record: its tasks, members and the assignment it got.
 
-    Lags are those the members reported (a replica the output newly assigned starts from what
-    its client reported, or from scratch); the assignment is the record's output.
+    Lags are those the members reported; a replica the output newly assigned, or one reported
+    ``"unknown"``, restores the whole changelog (``logged_sizes``); the assignment is the
+    record's output.
     """
     if not isinstance(start, Mapping) or "input" not in start or "output" not in start:
         raise InvalidSpec("from_log", "a start record needs 'input' and 'output'")
@@ -464,7 +475,8 @@ def world_from_log(start: Mapping[str, Any], rates: Rates) -> tuple[_World, int]
         raise InvalidSpec(error.field, error.message) from None
     specs = {spec.id: spec for spec in problem.tasks}
     clock = _Clock.of(rates)
-    world = _World(problem.tasks, specs, {}, {}, {}, {}, {}, clock, problem.config.num_standby_replicas)
+    world = _World(problem.tasks, specs, {}, {}, {}, {}, {}, clock, problem.config.num_standby_replicas,
+                   sizes=logged_sizes(problem.tasks, problem.clients, rates.changelog_offsets))
     for client in problem.clients:
         member = Member(client.id, client.threads, client.rack)
         world.members[client.id] = world.known[client.id] = member
@@ -473,17 +485,31 @@ def world_from_log(start: Mapping[str, Any], rates: Rates) -> tuple[_World, int]
         for task, lag in client.lags.items():
             if specs[task].stateful:
                 behind = lag.known_offsets
-                lags[task] = clock.units(_fresh_lag(specs[task]) if behind is None else behind)
+                lags[task] = world.fresh(task) if behind is None else min(clock.units(behind), world.fresh(task))
         for task in assignment.all_tasks():
             if specs[task].stateful:
-                lags.setdefault(task, clock.units(_fresh_lag(specs[task])))
+                lags.setdefault(task, world.fresh(task))
         world.lags[client.id] = lags
         world.running[client.id] = {t for t in assignment.active if lags.get(t, 0) == 0}
     return world, problem.config.num_standby_replicas
 
 
-def _fresh_lag(spec: TaskSpec) -> int:
-    return spec.changelog_offsets or 0
+def logged_sizes(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], assumed: int) -> dict[TaskId, int]:
+    """Offsets a fresh replica of each stateful task restores in a logged start: the record's
+    ``changelog_offsets``; absent (scenario-format.md: unbounded, and the server logs none), the
+    grid's ``group.changelog_offsets`` raised to the largest lag a member reports for the task,
+    since a changelog is at least as long as any lag behind its end. Never 0 for free."""
+    sizes = {}
+    for spec in tasks:
+        if not spec.stateful:
+            continue
+        if spec.changelog_offsets is not None:
+            sizes[spec.id] = spec.changelog_offsets
+            continue
+        reported = [lag.known_offsets for client in clients for task, lag in client.lags.items()
+                    if task == spec.id and lag.known_offsets is not None]
+        sizes[spec.id] = max([assumed, *reported])
+    return sizes
 
 
 # ---------------------------------------------------------------- one rebalance
@@ -518,7 +544,7 @@ def _apply(world: _World, result: AssignmentResult) -> int:
         lags = world.lags.setdefault(client, {})
         for task in new.all_tasks():
             if world.specs[task].stateful and task not in lags:
-                lags[task] = world.clock.units(_fresh_lag(world.specs[task]))
+                lags[task] = world.fresh(task)
         running = world.running.setdefault(client, set())
         running &= set(new.active)
         if client in world.crashed:
@@ -609,7 +635,8 @@ def simulate(spec: RunSpec) -> dict[str, Any]:
     """Run one spec; returns ``{"run": {...metrics}, "steps": [{...per rebalance}]}``."""
     rng = random.Random(spec.seed)
     if spec.start is not None:
-        rates = spec.rates or (Rates(spec.shape.restore_rate, spec.shape.append_rate) if spec.shape else None)
+        rates = spec.rates or (Rates(spec.shape.restore_rate, spec.shape.append_rate, spec.shape.changelog_offsets)
+                               if spec.shape else None)
         if rates is None:
             raise InvalidSpec("group.restore_rate", "a logged start needs restoration rates")
         world, standbys = world_from_log(spec.start, rates)
@@ -652,18 +679,26 @@ class _Run:
         self._restart_queue: list[str] = []
 
     def run(self) -> dict[str, Any]:
+        """Rebalance after rebalance until nothing is left to do, then restore the last actives.
+
+        "Nothing left to do" is checked before the rebalance budget, so a run that settles on its
+        last allowed rebalance is settled; and a run is settled only if its actives finish
+        restoring within ``max_simulated_s`` too (otherwise it is simulated up to the bound)."""
         self._schedule_event()
         timing = self.spec.timing
+        bound = _ms(timing.max_simulated_s)
         settled = False
-        while len(self.steps) < timing.max_rebalances:
+        while True:
             candidates = [(t, 0, action, client) for t, _, action, client in self.pending[:1]]
             if self.probe is not None:
                 candidates.append((self.probe.at_ms, 1, "probe", ""))
             if not candidates:
                 settled = True
                 break
+            if len(self.steps) >= timing.max_rebalances:
+                break
             when, _, action, client = min(candidates)
-            if when > _ms(timing.max_simulated_s):
+            if when > bound:
                 break
             _advance(self.world, when - self.now, self.totals)
             self.now = when
@@ -674,9 +709,12 @@ class _Run:
         settle_at = None
         if settled:
             tail = _time_to_restore_actives(self.world)
+            if self.now + tail > bound:
+                settled = False
+                tail = bound - self.now
             _advance(self.world, tail, self.totals)
             self.now += tail
-            settle_at = self.now / 1000
+            settle_at = self.now / 1000 if settled else None
         return {"run": self._summary(settled, settle_at), "steps": self.steps}
 
     # -- events
@@ -755,7 +793,10 @@ class _Run:
                 trigger = trigger or Trigger.MEMBER_REJOINED
                 rejoined.append(client)
         self.last_event_ms = when
-        self._rebalance(trigger or Trigger.MEMBER_JOINED)
+        if world.members:
+            self._rebalance(trigger or Trigger.MEMBER_JOINED)
+        else:  # the only member restarting: no one to rebalance, every task down until it is back
+            self.probe = None
         for _ in rejoined:
             self._next_restart(self.now)
 

@@ -31,6 +31,12 @@ class SparkStartError(RuntimeError):
     """Spark did not start with the master given (``--master``): one line for people."""
 
 
+def hadoop_literal(path: str) -> str:
+    """``path`` as a Hadoop path that matches only itself: Hadoop expands ``* ? [ ] { } ^ \\``
+    as a glob even in a path named in full (``run[12]`` would read ``run1``)."""
+    return re.sub(r"([\\*?\[\]{}^])", r"\\\1", path)
+
+
 def master_problem(master: str | None) -> str | None:
     """``--master`` checked before Spark starts: the problem, or None."""
     if master is not None and not _MASTER.fullmatch(master):

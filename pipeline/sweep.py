@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -174,29 +175,31 @@ def run_sweep(spark: Any, plan: Plan, out: str | Path, *, partitions: int | None
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from pipeline.spark import progress
+    from pipeline.spark import hadoop_literal, progress
 
-    out = Path(out)
+    out = Path(out).absolute()  # a relative name with a colon would be a URL scheme to Hadoop
     out.mkdir(parents=True, exist_ok=True)
     runs_full = simulate_runs(spark, plan, partitions).persist(StorageLevel.MEMORY_AND_DISK)
     label = f"simulate {len(plan.runs)} runs"
     with progress(spark, label, enabled=show_progress):
         runs = runs_full.drop("steps")
         runs.orderBy("run_id").write.mode("overwrite").parquet(str(out / "runs"))
-    runs = spark.read.parquet(str(out / "runs"))
+    runs = spark.read.parquet(hadoop_literal(str(out / "runs")))
     steps = runs_full.select(F.explode("steps").alias("s")).select("s.*")
     steps.orderBy("run_id", "step").write.mode("overwrite").parquet(str(out / "steps"))
-    steps = spark.read.parquet(str(out / "steps"))
+    steps = spark.read.parquet(hadoop_literal(str(out / "steps")))
     runs_full.unpersist()
     per, overall = config_tables(runs)
     per.orderBy("event", "rank").write.mode("overwrite").parquet(str(out / "configs"))
     overall.orderBy("overall_rank").write.mode("overwrite").parquet(str(out / "config_ranking"))
-    data = report_data(runs, spark.read.parquet(str(out / "steps")), spark.read.parquet(str(out / "configs")),
-                       spark.read.parquet(str(out / "config_ranking")), plan)
+    table = lambda name: spark.read.parquet(hadoop_literal(str(out / name)))  # noqa: E731
+    data = report_data(runs, table("steps"), table("configs"), table("config_ranking"), plan)
     if report:
         from pipeline.report import sweep_report
 
-        (out / "report.html").write_text(sweep_report(data), encoding="utf-8")
+        write_report(out, sweep_report(data))
+    else:
+        write_report(out, None)
     return data
 
 
@@ -235,7 +238,22 @@ def argument_problem(out: str, partitions: int | None, master: str | None = None
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         return f"--out: cannot create {out}: {error.strerror}"
+    try:  # the mode bits say too little (root ignores them, ACLs, read-only mounts): try it
+        with tempfile.TemporaryFile(dir=path, prefix=".remote-leader-write-check-"):
+            pass
+    except OSError as error:
+        return f"--out: cannot write in {out}: {error.strerror}"
     return None
+
+
+def write_report(out: Path, html: str | None) -> None:
+    """``report.html`` for this run's tables, or none: a report left from an earlier run in the
+    same ``--out`` would describe other tables."""
+    target = out / "report.html"
+    if html is None:
+        target.unlink(missing_ok=True)
+    else:
+        target.write_text(html, encoding="utf-8")
 
 
 def discard_out(out: str, existed: bool) -> None:
@@ -262,6 +280,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 2
     if not plan.runs:
         print("simulate: the grid expands to no runnable runs", file=sys.stderr)
+        discard_out(args.out, existed)
         return 2
     print(f"grid {plan.name!r}: {len(plan.runs)} runs, {len(plan.skipped)} combinations skipped", file=sys.stderr)
     try:

@@ -46,3 +46,38 @@ def test_analytics_counts_rebalances_moves_episodes_and_lags(spark, state_dir, t
     assert [r["tasks_moved"] for r in records.where("group_id = 'orders'").orderBy("generation").collect()] == [0, 2, 2]
     report = (out / "report.html").read_text()
     assert report.count("data:image/png;base64,") >= 5 and ">orders<" in report
+
+
+def _group_log(group: str) -> str:
+    """The "orders" story under another group name: 3 records, one group per file below."""
+    return lines([{**r, "group_id": group} for r in scale_out_story()])
+
+
+def test_analyze_reads_every_named_file_exactly_whatever_its_name(spark, tmp_path):
+    """Hadoop reads a path as a glob and skips names starting with ``_`` or ``.``: ``run[12]``
+    read ``run1``, ``_server2.jsonl`` was dropped, ``x{a,b}.jsonl`` ended in a traceback."""
+    logs = tmp_path / "logs"
+    named = {"run1/rebalances.jsonl": "wrong", "run[12]/rebalances.jsonl": "glob", "_server2.jsonl": "under",
+             ".hidden.jsonl": "dot", "x{a,b}.jsonl": "braces", "a:b %20.jsonl": "colon"}
+    for name, group in named.items():
+        (logs / name).parent.mkdir(parents=True, exist_ok=True)
+        (logs / name).write_text(_group_log(group))
+    out = tmp_path / "out [1] {a,b}"  # the staged copies live under --out: its name is literal too
+
+    data = analyze(spark, [str(logs / "run[12]")], out, bucket_s=3600, show_progress=False)
+    assert [g["group_id"] for g in data["groups"]] == ["glob"]
+
+    files = [str(logs / name) for name in named if "/" not in name]
+    data = analyze(spark, files, out, bucket_s=3600, show_progress=False)
+    assert data["counts"]["files"] == 4 and data["counts"]["records"] == 12
+    assert sorted(g["group_id"] for g in data["groups"]) == ["braces", "colon", "dot", "under"]
+
+
+def test_analyze_leaves_only_what_this_run_wrote(spark, state_dir, tmp_path):
+    """No report from an earlier run next to tables it does not describe, and no scratch copies."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.html").write_text("an earlier run's report")
+    analyze(spark, [str(state_dir)], out, bucket_s=3600, report=False, show_progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["bad_lines", "episodes", "groups", "lags", "records",
+                                                     "timeline"]

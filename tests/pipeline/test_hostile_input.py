@@ -127,15 +127,10 @@ def test_a_binary_grid_file_names_the_flag(tmp_path):
     ],
 )
 @pytest.mark.parametrize("command", ["simulate", "analyze"])
-def test_bad_out_and_partitions_fail_in_one_line_before_spark_starts(tmp_path, capsys, monkeypatch, log_file,
+def test_bad_out_and_partitions_fail_in_one_line_before_spark_starts(tmp_path, capsys, spark_never_starts, log_file,
                                                                       command, args, message):
-    import pipeline.spark
     from pipeline.cli import main
 
-    def no_spark(*_args, **_kwargs):
-        raise AssertionError("Spark started")
-
-    monkeypatch.setattr(pipeline.spark, "spark_session", no_spark)
     existing = tmp_path / "existing"
     existing.write_text("keep me\n")
     args = [a.format(file=existing, dir=tmp_path / "out") for a in args]
@@ -149,15 +144,10 @@ def test_bad_out_and_partitions_fail_in_one_line_before_spark_starts(tmp_path, c
 
 
 @pytest.mark.parametrize("bucket_s", [0, -5, MAX_BUCKET_S + 1, 10**30])
-def test_bucket_s_out_of_range_fails_in_one_line_before_spark_starts(tmp_path, capsys, monkeypatch, log_file,
+def test_bucket_s_out_of_range_fails_in_one_line_before_spark_starts(tmp_path, capsys, spark_never_starts, log_file,
                                                                       bucket_s):
-    import pipeline.spark
     from pipeline.cli import main
 
-    def no_spark(*_args, **_kwargs):
-        raise AssertionError("Spark started")
-
-    monkeypatch.setattr(pipeline.spark, "spark_session", no_spark)
     assert main(["analyze", str(log_file), "--out", str(tmp_path / "out"), "--bucket-s", str(bucket_s)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("analyze: --bucket-s: ") and str(MAX_BUCKET_S) in err and err.count("\n") == 1, err
@@ -294,4 +284,56 @@ def test_a_spark_that_does_not_start_fails_in_one_line(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == (f"{command}: --master spark://127.0.0.1:7: Spark did not start (RuntimeError: "
                    "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.)"), err
+    assert not out.exists()
+
+
+@pytest.fixture
+def spark_never_starts(monkeypatch):
+    """The checks under test come before Spark: were it started, the test fails."""
+    import pipeline.spark
+
+    def no_spark(*_args, **_kwargs):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(pipeline.spark, "spark_session", no_spark)
+
+
+@pytest.fixture
+def immutable_dir(tmp_path):
+    """A directory even root cannot write in (mode bits do not stop root; ``chattr +i`` does)."""
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    yield folder
+    subprocess.run([chattr, "-i", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("command", ["simulate", "analyze"])
+def test_an_out_that_cannot_be_written_fails_in_one_line_before_spark_starts(tmp_path, capsys, spark_never_starts,
+                                                                             log_file, immutable_dir, command):
+    """An audit's find: an existing but read-only --out passed the check, then pages of Java."""
+    from pipeline.cli import main
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("events: [scale_out:1]\ngroup:\n  clients: 4\n")
+    source = ["--grid", str(grid)] if command == "simulate" else [str(log_file)]
+    assert main([command, *source, "--out", str(immutable_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{command}: --out: cannot write in {immutable_dir}") and err.count("\n") == 1, err
+    assert list(immutable_dir.iterdir()) == []
+
+
+def test_a_grid_with_no_runnable_run_leaves_no_out_behind(tmp_path, capsys, spark_never_starts):
+    from pipeline.cli import main
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("events: [lose_rack]\ngroup: {clients: 2, racks: 1}\n")
+    out = tmp_path / "out"
+    assert main(["simulate", "--grid", str(grid), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == "simulate: the grid expands to no runnable runs\n"
     assert not out.exists()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.analytics import bucket_for_span
-from pipeline.report import _event_lines, _same_curves, _timeline, axis_label
+from pipeline.report import _event_lines, _same_curves, _timeline, axis_label, with_empty_buckets
 
 
 def test_configs_with_the_same_curve_share_one_line_naming_them_all():
@@ -36,3 +36,10 @@ def test_a_single_point_is_no_data_not_a_plot():
                                                   (7 * 86_400, 10_800), (10 ** 9, 604_800)])
 def test_timeline_buckets_follow_the_log_s_span(span_s, bucket_s):
     assert bucket_for_span(span_s) == bucket_s
+
+
+def test_an_empty_bucket_counts_zero_rebalances_not_the_previous_bucket_s():
+    """Drawn as steps, 2 rebalances at 0 s and 1 at 3,600 s (20-minute buckets) looked like 2 per
+    bucket for the whole hour."""
+    assert with_empty_buckets([(3600.0, 1), (0.0, 2)], 1200) == [(0.0, 2), (1200.0, 0.0), (3600.0, 1)]
+    assert with_empty_buckets([(0.0, 2), (1200.0, 1)], 1200) == [(0.0, 2), (1200.0, 1)]

@@ -18,10 +18,11 @@ from pipeline.simulation import (
     RunSpec,
     ScalingEvent,
     SimConfig,
+    Timing,
     run_rows,
     run_seed,
 )
-from tests.pipeline.records import scale_out_story
+from tests.pipeline.records import client, record, scale_out_story
 
 # 6 clients on 3 racks, 12 stateful tasks, standbys in sync and a changelog that does not grow,
 # so every number below can be worked out by hand.
@@ -97,6 +98,69 @@ def test_a_logged_group_is_a_starting_point():
     assert failed["error"].startswith("events:") and steps == []
 
 
+def _unsized_start(lags_of_a: dict) -> dict:
+    """Two members, a (0_0, 0_1) and b (0_2, 0_3), no standbys, and tasks without
+    ``changelog_offsets``, as the server logs them; a scale-in removes b."""
+    latest = {"0_0": "latest", "0_1": "latest"}
+    logged = record("orders", 7, 0, "member_joined",
+                    [client("a", "r1", active=["0_0", "0_1"], lags={**latest, **lags_of_a}),
+                     client("b", "r1", active=["0_2", "0_3"], lags={"0_2": "latest", "0_3": "latest"})],
+                    {"a": {"active": ["0_0", "0_1"]}, "b": {"active": ["0_2", "0_3"]}}, probing=False)
+    for task in logged["input"]["tasks"]:
+        del task["changelog_offsets"]
+    return {"input": logged["input"], "output": logged["output"]}
+
+
+@pytest.mark.parametrize(
+    ("lags_of_a", "restored"),
+    [
+        pytest.param({}, 2 * 1_000_000, id="no-state"),  # group.changelog_offsets' default, each
+        pytest.param({"0_2": "unknown", "0_3": "unknown"}, 2 * 1_000_000, id="unknown"),
+        pytest.param({"0_2": 500, "0_3": 3_000_000}, 500 + 3_000_000, id="numeric"),  # 0_3: longer than assumed
+    ],
+)
+def test_a_logged_start_without_changelog_sizes_never_restores_for_free(lags_of_a, restored):
+    """The server logs no changelog_offsets: a fresh or "unknown" replica restores the grid's
+    group.changelog_offsets, at least the largest lag reported for the task, never 0."""
+    rates = Rates(restore_rate=10_000, append_rate=0)
+    row, _ = run_rows(RunSpec("r", 1, ScalingEvent("scale_in", 1), SimConfig(), start=_unsized_start(lags_of_a),
+                              rates=rates))
+    assert row["error"] is None and row["settled"]
+    assert row["offsets_restored"] == pytest.approx(restored)
+    assert row["downtime_task_s"] == pytest.approx(restored / 10_000)
+    assert row["g_changelog_offsets"] == 1_000_000
+
+
+def test_a_run_that_settles_on_its_last_allowed_rebalance_is_settled():
+    shape = GroupShape(clients=3, racks=1, subtopologies=1, partitions=3, standbys=0, changelog_offsets=100_000)
+    one = Timing(max_rebalances=1)
+    row, _ = run_rows(RunSpec("r", 7, ScalingEvent("scale_in", 1), SimConfig(), one, shape=shape))
+    assert row["rebalances"] == 1 and row["settled"] and row["settle_time_s"] is not None
+    needs_more, _ = run_rows(RunSpec("r", 7, ScalingEvent("scale_out", 3), SimConfig(early_probe=False), one,
+                                     shape=QUIET))
+    assert needs_more["rebalances"] == 1 and not needs_more["settled"]
+
+
+def test_a_run_still_restoring_at_max_simulated_s_is_not_settled():
+    """1e9 offsets at 1,000/s is 11 days of restoring: past a 60 s bound, not "settled at 1e6 s"."""
+    shape = GroupShape(clients=3, racks=1, subtopologies=1, partitions=3, standbys=0,
+                       changelog_offsets=1_000_000_000, restore_rate=1000, append_rate=1)
+    row, _ = run_rows(RunSpec("r", 7, ScalingEvent("scale_in", 1), SimConfig(), Timing(max_simulated_s=60),
+                              shape=shape))
+    assert not row["settled"] and row["settle_time_s"] is None
+    assert row["simulated_s"] == 60.0
+
+
+def test_restarting_the_only_client_leaves_every_task_down_until_it_is_back():
+    """No member, no rebalance: the 4 tasks are down for the 30 s restart, then run again from
+    the state the client kept (the changelog did not grow)."""
+    shape = GroupShape(clients=1, racks=1, subtopologies=1, partitions=4, standbys=0, append_rate=0)
+    row, steps = run_rows(RunSpec("r", 7, ScalingEvent("rolling_restart"), SimConfig(), shape=shape))
+    assert row["error"] is None and row["settled"] and row["settle_time_s"] == 30.0
+    assert row["downtime_task_s"] == pytest.approx(4 * 30.0) and row["offsets_restored"] == 0
+    assert [s["trigger"] for s in steps] == ["member_rejoined"]
+
+
 GOOD = {"group": {"clients": 4}, "events": ["scale_out:1"], "configs": {"max_warmup_replicas": [1, 2]}}
 
 
@@ -113,6 +177,14 @@ GOOD = {"group": {"clients": 4}, "events": ["scale_out:1"], "configs": {"max_war
         pytest.param({"configs": {"rack_strategy": "nearest"}}, "configs.rack_strategy", id="bad-strategy"),
         pytest.param({"events": ["explode"]}, "events", id="bad-event"),
         pytest.param({"repetitions": 0}, "repetitions", id="no-repetitions"),
+        # an audit's finds: TypeError tracebacks, or a section's characters read as keys
+        pytest.param({"timing": 5}, "timing", id="timing-scalar"),
+        pytest.param({"timing": "abc"}, "timing", id="timing-string"),
+        pytest.param({"timing": [1]}, "timing", id="timing-list"),
+        pytest.param({"configs": "abc"}, "configs", id="configs-string"),
+        pytest.param({1: 2, "foo": 3}, "1", id="mixed-top-level-keys"),
+        pytest.param({"timing": {1: 2, "foo": 3}}, "timing.1", id="mixed-timing-keys"),
+        pytest.param({"group": {1: 2, "clients": 3}}, "group.1", id="mixed-axis-keys"),
     ],
 )
 def test_bad_grids_name_the_field(change, field):

@@ -54,3 +54,10 @@ def test_sweep_writes_ranked_tables_and_a_self_contained_report(spark, tmp_path)
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4
     assert "Ranking for lose_rack" in html and "<script" not in html
+
+
+def test_a_sweep_without_report_leaves_no_earlier_report_behind(spark, tmp_path):
+    (tmp_path / "report.html").write_text("an earlier run's report")
+    run_sweep(spark, expand_grid({"group": {"clients": 3}, "events": ["scale_out:1"]}), tmp_path, report=False,
+              show_progress=False)
+    assert not (tmp_path / "report.html").exists()
