@@ -460,8 +460,18 @@ class Group:
         )
         if old.process_id != member.process_id:
             self._rekey_process(old.process_id, member.process_id)
-        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and topology_trigger is None \
-                and not superseded and not self._generation_outdated_by(old, member):
+        quiet = topology_trigger is None and not superseded and not self._generation_outdated_by(old, member)
+        if self.awaiting_assignment and quiet and old.process_id == member.process_id:
+            # The assignor is computing this generation from the predecessor's report: the
+            # replacement waits for it with the other parked joins. Answered at once with the
+            # previous generation's assignment, it made the group Stable before the others'
+            # joins were answered, and they never were while it lived (an audit's find).
+            member.session_armed = False
+            outcome.effects.append(CancelTimer(self._key(TimerKind.SESSION, member.member_id)))
+            self._park_call(member, call_id)
+            outcome.effects.append(self._persist())
+            return outcome
+        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and quiet and not self.awaiting_assignment:
             member.synced = False
             self.unsynced.add(member.member_id)
             self._rebuild_cluster()
@@ -756,13 +766,20 @@ class Group:
         member.session_armed = True
         return [ScheduleTimer(self._key(TimerKind.SESSION, member.member_id), member.session_deadline_ms)]
 
+    def _joining(self) -> bool:
+        """Joins are not answered yet: PreparingRebalance, or the assignor computing the new
+        generation (CompletingRebalance before the joins are released), whose number no member
+        has heard: a heartbeat or sync then hears REBALANCE_IN_PROGRESS, as in the barrier, not
+        ILLEGAL_GENERATION for the generation it holds (an audit's find)."""
+        return self.state is GroupState.PREPARING_REBALANCE or self.awaiting_assignment
+
     def sync(self, request: SyncGroupRequest, now_ms: int) -> Outcome:
         if self._check_alive():
             return Outcome(SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining"))
         member, error, message = self._lookup(request.member_id, request.group_instance_id)
         if member is None:
             return Outcome(SyncGroupResponse(error, message))
-        if self.state is GroupState.PREPARING_REBALANCE:
+        if self._joining():
             return Outcome(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, _MESSAGES[ErrorCode.REBALANCE_IN_PROGRESS]))
         if request.generation_id != self.generation:
             return Outcome(SyncGroupResponse(ErrorCode.ILLEGAL_GENERATION, f"generation {request.generation_id} is not the group's {self.generation}"))
@@ -803,7 +820,7 @@ class Group:
         effects = [] if member.join_call is not None else self._touch_session(member, now_ms)
         if request.lags is not None:
             self._take_report(member, request.lags, now_ms)
-        if self.state is GroupState.PREPARING_REBALANCE:
+        if self._joining():
             return Outcome(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS, _MESSAGES[ErrorCode.REBALANCE_IN_PROGRESS]), effects)
         if request.generation_id != self.generation:
             return Outcome(HeartbeatResponse(ErrorCode.ILLEGAL_GENERATION, f"generation {request.generation_id} is not the group's {self.generation}"), effects)

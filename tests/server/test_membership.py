@@ -4,6 +4,7 @@ version probing, disagreeing members and topology changes."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -99,6 +100,44 @@ async def test_static_member_restart_takes_its_old_place_without_rebalance(leade
     assert sorted(m.member_id for m in group.members) == sorted([restarted.member_id, b.member_id])
     hosts = {h.process_id: h.host.port for h in restarted.assignment.partitions_by_host}
     assert hosts == {a.process_id: 7001, b.process_id: 7002}
+
+
+async def test_static_restart_while_the_assignor_computes_waits_for_that_generation(leader):
+    """A protocol audit's find: a static member restarting while the assignor computed the next
+    generation was answered at once, with that generation's number and the previous
+    generation's tasks, and its sync made the group Stable; the others' joins were never
+    answered while it lived, and the assignment computed was dropped as stale. It waits with
+    them now; meanwhile a heartbeat hears REBALANCE_IN_PROGRESS (it held ILLEGAL_GENERATION for
+    the generation it had). The assignor is held back (an event) to make "computing" exact."""
+    a = leader.worker(instance_id="worker-a", port=7001)
+    b = leader.worker(instance_id="worker-b", port=7002)
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    release = threading.Event()
+    runner = leader.server.coordinator.assign
+    solve = runner._assign
+    runner._assign = lambda problem: (release.wait(30), solve(problem))[1]
+    try:
+        c = leader.worker(port=7003)
+        joins = [asyncio.create_task(w.join()) for w in (c, a, b)]
+        await settle()
+        assert (await _describe(leader)).state == pb.GROUP_STATE_COMPLETING_REBALANCE  # computing
+        restarted = leader.worker(instance_id="worker-a", port=7001, process_id=a.process_id)
+        restart = asyncio.create_task(restarted.join())
+        await settle()
+        assert not restart.done() and not any(j.done() for j in joins[::2])
+        assert (await b.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS  # at the generation it holds
+    finally:
+        release.set()
+    answers = await asyncio.gather(restart, joins[0], joins[2])
+    assert {r.error_code for r in answers} == {epb.ERROR_CODE_NONE}
+    assert len({r.generation_id for r in answers}) == 1
+    assert (await joins[1]).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID  # the predecessor's parked join
+    for w in (restarted, b, c):
+        assert (await w.sync()).error_code == epb.ERROR_CODE_NONE
+    group = await _describe(leader)
+    assert group.state == pb.GROUP_STATE_STABLE and group.generation_id == answers[0].generation_id
+    actives = sorted(t for w in (restarted, b, c) for t in w.active())
+    assert actives == ["0_0", "0_1", "0_2"]
 
 
 async def test_static_member_with_a_new_process_id_keeps_its_tasks(leader):
