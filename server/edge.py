@@ -303,7 +303,9 @@ def join_from_proto(msg: pb.JoinGroupRequest) -> JoinGroupRequest:
         session_timeout_ms=msg.session_timeout_ms,
         rebalance_timeout_ms=msg.rebalance_timeout_ms,
         subscription=subscription,
-        new_member_id=f"{instance or 'member'}-{uuid.uuid4()}",
+        # within the member id's own limit whatever the instance id (the uuid: 37 characters); a
+        # long instance id made an id every later call refused (an audit's find)
+        new_member_id=f"{(instance or 'member')[:_MAX_ID - 37]}-{uuid.uuid4()}",
     )
 
 

@@ -119,6 +119,18 @@ async def test_rack_names_and_tag_values_of_255_characters_join(tmp_path):
         assert (await asyncio.wait_for(joined, 10)).error_code == epb.ERROR_CODE_NONE
 
 
+async def test_a_static_member_of_the_longest_instance_id_gets_a_member_id_it_can_use(tmp_path):
+    """A protocol audit's find: the member id was the instance id and a uuid, so an instance id
+    of 219 characters or more (255 are allowed) made a member id that every later call refused
+    (INVALID_ARGUMENT: longer than 255 characters), and the group waited on it."""
+    async with running_server(tmp_path) as s:
+        worker = s.worker(instance_id="i" * 255)
+        await rebalance(s.clock, [worker], advance_ms=3_000)
+        assert len(worker.member_id) <= 255 and worker.member_id.startswith("i" * 200)
+        assert sorted(worker.active()) == ["0_0", "0_1", "0_2"]
+        assert (await worker.heartbeat()).error_code == epb.ERROR_CODE_NONE
+
+
 async def test_rebalance_timeout_has_an_upper_bound(tmp_path):
     async with running_server(tmp_path) as s:
         request = s.worker().join_request()
