@@ -19,6 +19,7 @@ import os
 import pickle
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from types import MappingProxyType
 
 import assignor
@@ -100,15 +101,28 @@ class AssignorRunner:
     async def __call__(self, problem: AssignmentProblem) -> AssignmentResult:
         if self._processes <= 0 or len(problem.tasks) < self._min_process_tasks:
             return await asyncio.to_thread(self._assign, problem)
+        pool = self._current_pool()  # first: it teaches pickle the read-only mappings the problem holds
+        shipped = await asyncio.to_thread(_ship_problem, problem)
+        try:
+            answer = await asyncio.get_running_loop().run_in_executor(pool, _solve_shipped, shipped)
+        except BrokenProcessPool:
+            # A worker died (killed for memory, by an operator): the pool is unusable for good, and
+            # every later large assignment failed until a restart (an audit's find). A new pool,
+            # and this problem once more; a second death is this problem's ASSIGNMENT_ERROR.
+            if self._pool is pool:
+                pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+            answer = await asyncio.get_running_loop().run_in_executor(self._current_pool(), _solve_shipped, shipped)
+        return await asyncio.to_thread(_land_result, answer)
+
+    def _current_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # Client snapshots hold read-only mappings, which pickle does not know: ship them
             # as dicts, rebuilt as read-only mappings on the other side.
             copyreg.pickle(MappingProxyType, _reduce_mapping_proxy)
             self._pool = ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_warm)
-        shipped = await asyncio.to_thread(_ship_problem, problem)
-        answer = await asyncio.get_running_loop().run_in_executor(self._pool, _solve_shipped, shipped)
-        return await asyncio.to_thread(_land_result, answer)
+        return self._pool
 
     async def warm(self) -> None:
         """Solve a two-task problem in a thread before serving: the first solve in a process

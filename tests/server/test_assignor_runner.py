@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from types import MappingProxyType
 
 import assignor
@@ -32,6 +34,30 @@ def test_a_large_problem_runs_in_a_worker_process_with_the_same_result():
     finally:
         runner.close()
     assert result == assignor.solve(problem)
+
+
+def test_a_worker_process_that_died_is_replaced_and_the_problem_solved():
+    """A protocol audit's find: once its worker was killed (out of memory, an operator), the
+    pool was broken for good and every later large assignment of every group failed until the
+    server restarted. The runner starts a new pool and solves the problem there."""
+    problem = _problem()
+    runner = AssignorRunner(processes=1, min_process_tasks=len(problem.tasks))
+
+    async def kill_then_solve() -> tuple:
+        first = await runner(problem)
+        broken = runner._pool
+        for process in list(broken._processes.values()):
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(10)
+        again = await runner(problem)
+        return first, again, broken
+
+    try:
+        first, again, broken = asyncio.run(kill_then_solve())
+        assert runner._pool is not None and runner._pool is not broken
+    finally:
+        runner.close()
+    assert first == again == assignor.solve(problem)
 
 
 def test_small_problems_and_injected_assignors_stay_in_a_thread():
