@@ -670,6 +670,9 @@ class Group:
         self._rebuild_cluster()
         replies = []
         self.unsynced = set(self.members)
+        longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        self.join_deadline_ms = now_ms + longest  # the syncs' deadline (``_drop_unsynced``)
+        effects.append(ScheduleTimer(self._key(TimerKind.JOIN), self.join_deadline_ms))
         for member in sorted(self.members.values(), key=lambda m: m.member_id):
             member.synced = False
             effects += self._touch_session(member, now_ms)
@@ -788,6 +791,7 @@ class Group:
         self.unsynced.discard(member.member_id)
         if self.state is GroupState.COMPLETING_REBALANCE and not self.unsynced:
             self._transition(GroupState.STABLE)
+            effects.append(CancelTimer(self._key(TimerKind.JOIN)))
             effects.append(Event("group.stable", {"generation": self.generation}))
             effects += self._early_probe(now_ms)
         return Outcome(SyncGroupResponse(ErrorCode.NONE, "", self.member_assignment(member)), effects)
@@ -853,7 +857,24 @@ class Group:
         return Outcome(effects=effects)
 
     def join_deadline(self, now_ms: int) -> Outcome:
+        if self.state is GroupState.COMPLETING_REBALANCE and not self.awaiting_assignment:
+            return Outcome(effects=self._drop_unsynced(now_ms))
         return Outcome(effects=self._maybe_complete_join(now_ms))
+
+    def _drop_unsynced(self, now_ms: int) -> list:
+        """The syncs' deadline (Kafka's pending-sync timeout): a member whose join was answered
+        but that has not synced within the rebalance timeout is dropped, and the group
+        rebalances. A member that heartbeat but never synced kept the group in
+        CompletingRebalance for good, its tasks run by nobody (an audit's find)."""
+        if now_ms < self.join_deadline_ms or not self.unsynced:
+            return []
+        effects: list = []
+        for member_id in sorted(self.unsynced):
+            member = self.members.get(member_id)
+            if member is not None:
+                effects += self._remove_member(member, None, "")
+                effects.append(Event("group.member.dropped", {"member_id": member_id, "reason": "missed the sync within the rebalance timeout"}))
+        return effects + self._after_removal(Trigger.SESSION_EXPIRED, now_ms)
 
     def _remove_member(self, member: Member, reply_error: ErrorCode | None, message: str) -> list:
         del self.members[member.member_id]

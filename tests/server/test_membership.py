@@ -79,6 +79,26 @@ async def test_fencing_by_generation_and_member_id(leader, call, field, value, e
     assert (await b.heartbeat()).error_code == epb.ERROR_CODE_NONE
 
 
+async def test_a_member_that_never_syncs_is_dropped_at_the_rebalance_timeout(leader):
+    """Kafka's pending-sync timeout (a protocol audit's find): b's join was answered but b never
+    synced, only heartbeat; the group stayed in CompletingRebalance for good and b's share was
+    run by nobody. At the rebalance timeout b is dropped and the group rebalances."""
+    a, b = leader.worker(port=7001), leader.worker(port=7002)
+    joins = [asyncio.create_task(w.join()) for w in (a, b)]
+    await settle()
+    await leader.clock.advance(INITIAL_DELAY_MS)
+    assert {r.error_code for r in await asyncio.gather(*joins)} == {epb.ERROR_CODE_NONE}
+    assert (await a.sync()).error_code == epb.ERROR_CODE_NONE
+    answers = []
+    for _ in range(3):  # 1.5 rebalance timeouts, both heartbeating
+        await leader.clock.advance(SESSION_MS // 2)
+        answers += [(await a.heartbeat()).error_code, (await b.heartbeat()).error_code]
+    assert answers[-1] == epb.ERROR_CODE_UNKNOWN_MEMBER_ID and answers[-2] == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+    await rebalance(leader.clock, [a])
+    assert sorted(a.active()) == ["0_0", "0_1", "0_2"]
+    assert (await _describe(leader)).state == pb.GROUP_STATE_STABLE
+
+
 async def test_static_member_restart_takes_its_old_place_without_rebalance(leader):
     a = leader.worker(instance_id="worker-a", port=7001)
     b = leader.worker(instance_id="worker-b", port=7002)
