@@ -317,6 +317,17 @@ def _member_fields(msg: Any) -> tuple[str, str, str | None]:
     )
 
 
+def _leave_fields(msg: Any) -> tuple[str, str, str | None]:
+    """LeaveGroup may name a static member by its instance id alone (KIP-345: how an admin
+    removes one, Kafka's removeMembersFromConsumerGroup)."""
+    instance = _instance_id(msg)
+    return (
+        _identifier(msg.group_id, "group_id", required=True),
+        _identifier(msg.member_id, "member_id", required=instance is None),
+        instance,
+    )
+
+
 #: ListGroups: the page size when the caller asks for none, and the largest it may ask for.
 LIST_GROUPS_PAGE = 1_000
 _TOKEN_PREFIX = "after:"
@@ -736,7 +747,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
     @_redirects(pb.LeaveGroupResponse)
     async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
         principal = await self.gate.check(context, "LeaveGroup", Operation.MEMBER, request.group_id)
-        group_id, member_id, instance = await self._guard(context, _member_fields, request)
+        group_id, member_id, instance = await self._guard(context, _leave_fields, request)
         admin = self.gate.enabled and self.gate.authorize(principal, Operation.ADMIN, group_id)
         response = await self._admitted(context, "LeaveGroup", principal, self._coordinator.leave(
             LeaveGroupRequest(group_id, member_id, instance),

@@ -835,7 +835,10 @@ class Group:
     def leave(self, request: LeaveGroupRequest, now_ms: int) -> Outcome:
         if self._check_alive():
             return Outcome(LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the server is draining"))
-        member, error, message = self._lookup(request.member_id, request.group_instance_id)
+        member_id = request.member_id
+        if not member_id and request.group_instance_id:  # a static member named by its instance id alone
+            member_id = self.instances.get(request.group_instance_id, "")
+        member, error, message = self._lookup(member_id, request.group_instance_id)
         if member is None:
             return Outcome(LeaveGroupResponse(error, message))
         effects = self._remove_member(member, ErrorCode.UNKNOWN_MEMBER_ID, "left the group")

@@ -160,6 +160,24 @@ async def test_static_restart_while_the_assignor_computes_waits_for_that_generat
     assert actives == ["0_0", "0_1", "0_2"]
 
 
+async def test_a_static_member_named_by_its_instance_id_alone_can_be_removed(leader):
+    """KIP-345's admin removal (Kafka's removeMembersFromConsumerGroup): LeaveGroup with the
+    instance id and no member id removes that static member, and the group rebalances; an
+    instance id nobody holds is an unknown member (a protocol audit's find: refused as an
+    empty member id)."""
+    a = leader.worker(instance_id="worker-a", port=7001)
+    b = leader.worker(instance_id="worker-b", port=7002)
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    nobody = await leader.stub.LeaveGroup(pb.LeaveGroupRequest(group_id="app", group_instance_id="worker-z"))
+    assert nobody.error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    left = await leader.stub.LeaveGroup(pb.LeaveGroupRequest(group_id="app", group_instance_id="worker-a"))
+    assert left.error_code == epb.ERROR_CODE_NONE
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+    await rebalance(leader.clock, [b])
+    assert sorted(b.active()) == ["0_0", "0_1", "0_2"]
+
+
 async def test_static_member_with_a_new_process_id_keeps_its_tasks(leader):
     a = leader.worker(instance_id="worker-a")
     b = leader.worker(instance_id="worker-b")
