@@ -52,11 +52,20 @@ class AsyncioTimers:
             if old[0] == deadline_ms:
                 return
             old[1].cancel()
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, (deadline_ms - self._clock.now_ms()) / 1000.0)
-        self._handles[key] = (deadline_ms, loop.call_later(delay, self._fire, key, callback))
+        self._arm(key, deadline_ms, callback)
 
-    def _fire(self, key: str, callback: Callback) -> None:
+    def _arm(self, key: str, deadline_ms: int, callback: Callback) -> None:
+        delay = max(0.0, (deadline_ms - self._clock.now_ms()) / 1000.0)
+        self._handles[key] = (deadline_ms, asyncio.get_running_loop().call_later(delay, self._fire, key, deadline_ms, callback))
+
+    def _fire(self, key: str, deadline_ms: int, callback: Callback) -> None:
+        if self._clock.now_ms() < deadline_ms:
+            # Early by the clock the deadline is read on (uvloop fires a millisecond early now
+            # and then): not due yet, so wait the rest. Fired, the handlers that find their
+            # deadline not reached returned without re-arming, and a group waited for good on
+            # a member that never synced, or on an early probe (an audit's find).
+            self._arm(key, deadline_ms, callback)
+            return
         self._handles.pop(key, None)
         task = asyncio.get_running_loop().create_task(callback())
         self._tasks.add(task)
