@@ -52,6 +52,7 @@ from client.metadata import (
     StreamsMetadataState,
     local_store_partition_lags,
     partition_for_key,
+    store_task,
 )
 from client.state import StateCleanupLock
 from remote_leader.tls import PLAINTEXT, ClientTls
@@ -234,8 +235,8 @@ async def route_query(
         raise InvalidInput("key", "give a key or a partition, exactly one")
     if partition is None:
         partition = partition_for_key(topology, store, key, serializer, partitioner)
-    else:
-        topology.store(store)
+    else:  # checked here as for query metadata: the leader refused a partition out of range otherwise
+        store_task(topology, store, partition)
     if max_lag is not None:
         _positive("max_lag", max_lag, minimum=0, maximum=MAX_LONG)
     request = pb.RouteQueryRequest(group_id=group_id, store=store, partition=partition)

@@ -204,12 +204,18 @@ class StreamsMetadataState:
         return self.query_metadata_for_partition(store, partition_for_key(self.topology, store, key, serializer, partitioner))
 
     def query_metadata_for_partition(self, store: str, partition: int) -> KeyQueryMetadata:
-        sub, _ = self.topology.store(store)
-        partitions = sub.partition_count
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < partitions:
-            raise InvalidInput("partition", f"expected 0..{partitions - 1} for store {store!r}, got {partition!r}")
-        task = TaskId(sub.id, partition)
+        task = store_task(self.topology, store, partition)
         return KeyQueryMetadata(self._active_owner.get(task), tuple(self._standby_hosts.get(task, ())), partition, task)
+
+
+def store_task(topology: Topology, store: str, partition: int) -> TaskId:
+    """The task holding ``partition`` of ``store``, or InvalidInput naming the store or the
+    partition: one check for every query path (metadata and routing answer alike)."""
+    sub, _ = topology.store(store)
+    partitions = sub.partition_count
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < partitions:
+        raise InvalidInput("partition", f"expected 0..{partitions - 1} for store {store!r}, got {partition!r}")
+    return TaskId(sub.id, partition)
 
 
 def local_store_partition_lags(

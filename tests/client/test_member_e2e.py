@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from assignor.model import LATEST, HostInfo, Role, StateStore, TaskId
+from assignor.model import LATEST, HostInfo, InvalidInput, Role, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
 from client.lags import CheckpointLagSource, StaticLagSource
 from client.member import GroupMember, MemberError, RoutingError, route_query
@@ -174,6 +174,15 @@ async def test_route_query_errors_name_the_problem(leader):
             await route_query(stub, "g", topology(8), "counts", partition=5)
         with pytest.raises(RoutingError, match="GROUP_ID_NOT_FOUND"):
             await route_query(stub, "nope", topology(2), "counts", partition=0)
+        # beyond the router's own topology: named at once, as query metadata names it (a worker
+        # audit's find: the two answered a partition out of range differently)
+        for ask in (lambda: route_query(stub, "g", topology(2), "counts", partition=5),
+                    lambda: members[0].metadata.query_metadata_for_partition("counts", 5)):
+            with pytest.raises(InvalidInput) as refused:
+                result = ask()
+                if asyncio.iscoroutine(result):
+                    await result
+            assert refused.value.field == "partition"
     finally:
         await close_all(members)
 
