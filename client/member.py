@@ -617,7 +617,7 @@ class GroupMember:
         if commonly_supported_version > self._version:
             self._version = min(commonly_supported_version, LATEST_SUPPORTED_VERSION)
             self._rejoin_now = True
-            self._wake.set()
+        self._wake.set()  # a rejoin that waited for this assignment to be applied goes now
 
     def _heartbeat_lags(self) -> Mapping[TaskId, Lag]:
         """Fresh lags of the assigned tasks: restoring actives, standbys and warm-ups with their
@@ -639,8 +639,9 @@ class GroupMember:
                                   max(interval, self.config.session_timeout_ms / 3000))
         last_ok = time.monotonic()
         attempt = 0
+        rejoin_once_applied = False
         while not self._closing.is_set():
-            if self._rejoin_now:
+            if self._rejoin_now or (rejoin_once_applied and self._applied()):
                 self._rejoin_now = False
                 return
             self._wake.clear()
@@ -676,8 +677,20 @@ class GroupMember:
                     return
                 await self._moved(response, attempt)
                 continue
+            if response.error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS and not self._applied():
+                # Rejoined only once the assignment in hand is applied (the lock): heartbeats,
+                # which the leader answers the same way, keep the session meanwhile. Left to wait
+                # without them, the member was expired while it applied (an audit's find).
+                if not rejoin_once_applied:
+                    self._log.info("member.heartbeat.rejoin_once_applied")
+                rejoin_once_applied = True
+                continue
             if not await self._handle_code(response.error_code, response.error_message, "heartbeat", attempt):
                 return
+
+    def _applied(self) -> bool:
+        """Whether the assignment in hand is applied (its callback returned, the lock released)."""
+        return self._applying is None or self._applying.done()
 
     def _note_next_rebalance(self, next_rebalance_ms: int | None) -> None:
         """The leader rescheduled (or cancelled) the probing rebalance: keep the assignment's

@@ -81,6 +81,34 @@ async def test_a_member_applying_longer_than_its_session_keeps_it(leader):
         await member.close()
 
 
+async def test_a_rebalance_that_starts_while_a_member_applies_is_joined_once_it_is_applied(leader):
+    """An audit's find: once a heartbeat said a rebalance had begun, the member stopped
+    heartbeating until its callback returned, and the leader expired it (the newcomer got every
+    task while the member still ran them, and one more rebalance followed). It keeps its session
+    with heartbeats and rejoins once applied, within the rebalance timeout: one rebalance."""
+    started = asyncio.Event()
+
+    async def opening_stores(change):
+        if change.current.generation == 1:
+            started.set()
+            await asyncio.sleep(3 * SESSION_MS / 1000)
+
+    slow = GroupMember(leader.address, member_config("late", 0, rebalance_timeout_ms=10 * SESSION_MS),
+                       StaticLagSource(), on_assignment=opening_stores)
+    await slow.start()
+    newcomer = None
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        newcomer = GroupMember(leader.address, member_config("late", 1, rebalance_timeout_ms=10 * SESSION_MS),
+                               StaticLagSource())
+        await newcomer.start()
+        generation = await converged([slow, newcomer], timeout=20)
+        assert generation == 2 and slow.error is None and newcomer.error is None
+        assert set(slow.assignment.active) | set(newcomer.assignment.active) == ALL
+    finally:
+        await close_all([m for m in (slow, newcomer) if m is not None])
+
+
 async def test_two_live_workers_given_one_process_id_end_with_one_fenced_not_a_rebalance_storm(leader):
     """A worker audit's find: the second worker's join superseded the first, which rejoined and
     superseded the second, and so on: 90 generations a second, for good, a third member
