@@ -475,6 +475,11 @@ class Group:
             member.synced = False
             self.unsynced.add(member.member_id)
             self._rebuild_cluster()
+            # it must sync within its rebalance timeout, as the members of a completing rebalance
+            # (``_drop_unsynced``): one that heartbeat but never synced held its predecessor's
+            # tasks, run by nobody, for good (an audit's find)
+            self.join_deadline_ms = max(self.join_deadline_ms, now_ms + member.rebalance_timeout_ms)
+            outcome.effects.append(ScheduleTimer(self._key(TimerKind.JOIN), self.join_deadline_ms))
             outcome.effects += self._touch_session(member, now_ms)
             outcome.effects.append(self._persist())
             outcome.response = JoinGroupResponse(ErrorCode.NONE, "", self.generation, member.member_id, self.protocol_version)
@@ -860,14 +865,14 @@ class Group:
         return Outcome(effects=effects)
 
     def join_deadline(self, now_ms: int) -> Outcome:
-        if self.state is GroupState.COMPLETING_REBALANCE and not self.awaiting_assignment:
+        if self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) and not self.awaiting_assignment:
             return Outcome(effects=self._drop_unsynced(now_ms))
         return Outcome(effects=self._maybe_complete_join(now_ms))
 
     def _drop_unsynced(self, now_ms: int) -> list:
         """The syncs' deadline (Kafka's pending-sync timeout): a member whose join was answered
-        but that has not synced within the rebalance timeout is dropped, and the group
-        rebalances. A member that heartbeat but never synced kept the group in
+        (in a completing rebalance, or a static replacement in a Stable group) but that has not
+        synced within the rebalance timeout is dropped, and the group rebalances. A member that heartbeat but never synced kept the group in
         CompletingRebalance for good, its tasks run by nobody (an audit's find)."""
         if now_ms < self.join_deadline_ms or not self.unsynced:
             return []

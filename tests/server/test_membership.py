@@ -99,6 +99,24 @@ async def test_a_member_that_never_syncs_is_dropped_at_the_rebalance_timeout(lea
     assert (await _describe(leader)).state == pb.GROUP_STATE_STABLE
 
 
+async def test_a_static_replacement_that_never_syncs_is_dropped_at_its_rebalance_timeout(leader):
+    """An audit of today's changes: a static restart answered at once in a Stable group, that
+    heartbeat but never synced, held its predecessor's tasks, run by nobody, for good. It must
+    sync within its rebalance timeout, as the members of a completing rebalance."""
+    a = leader.worker(instance_id="worker-a", port=7001)
+    b = leader.worker(instance_id="worker-b", port=7002)
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    restarted = leader.worker(instance_id="worker-a", port=7001, process_id=a.process_id)
+    assert (await restarted.join()).error_code == epb.ERROR_CODE_NONE  # no rebalance: its old place
+    answers = []
+    for _ in range(3):  # 1.5 rebalance timeouts, both heartbeating, the restarted one never syncing
+        await leader.clock.advance(SESSION_MS // 2)
+        answers += [(await restarted.heartbeat()).error_code, (await b.heartbeat()).error_code]
+    assert answers[-2:] == [epb.ERROR_CODE_UNKNOWN_MEMBER_ID, epb.ERROR_CODE_REBALANCE_IN_PROGRESS]
+    await rebalance(leader.clock, [b])
+    assert sorted(b.active()) == ["0_0", "0_1", "0_2"]
+
+
 async def test_static_member_restart_takes_its_old_place_without_rebalance(leader):
     a = leader.worker(instance_id="worker-a", port=7001)
     b = leader.worker(instance_id="worker-b", port=7002)
