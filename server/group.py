@@ -563,10 +563,13 @@ class Group:
         self.rebalance_started_ms = now_ms
         effects: list = [Event("group.rebalance.started", {"trigger": str(trigger)})]
         effects += self._cancel_probe()
-        longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-        self.join_deadline_ms = now_ms + longest
+        self.join_deadline_ms = now_ms + self._longest_rebalance_timeout()
         self.join_ready_ms = now_ms + (self.settings.initial_rebalance_delay_ms if was_empty else 0)
         return effects
+
+    def _longest_rebalance_timeout(self) -> int:
+        """How long the barrier, and then the syncs, wait: the members' largest rebalance timeout."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
     def _maybe_complete_join(self, now_ms: int) -> list:
         if self.state is not GroupState.PREPARING_REBALANCE:
@@ -675,8 +678,7 @@ class Group:
         self._rebuild_cluster()
         replies = []
         self.unsynced = set(self.members)
-        longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-        self.join_deadline_ms = now_ms + longest  # the syncs' deadline (``_drop_unsynced``)
+        self.join_deadline_ms = now_ms + self._longest_rebalance_timeout()  # the syncs' (``_drop_unsynced``)
         effects.append(ScheduleTimer(self._key(TimerKind.JOIN), self.join_deadline_ms))
         for member in sorted(self.members.values(), key=lambda m: m.member_id):
             member.synced = False
@@ -872,8 +874,9 @@ class Group:
     def _drop_unsynced(self, now_ms: int) -> list:
         """The syncs' deadline (Kafka's pending-sync timeout): a member whose join was answered
         (in a completing rebalance, or a static replacement in a Stable group) but that has not
-        synced within the rebalance timeout is dropped, and the group rebalances. A member that heartbeat but never synced kept the group in
-        CompletingRebalance for good, its tasks run by nobody (an audit's find)."""
+        synced within the rebalance timeout is dropped, and the group rebalances. One that
+        heartbeat but never synced kept the group in CompletingRebalance for good, its tasks run
+        by nobody (an audit's find)."""
         if now_ms < self.join_deadline_ms or not self.unsynced:
             return []
         effects: list = []
@@ -924,8 +927,7 @@ class Group:
         if self.next_probe_ms is not None:
             effects.append(ScheduleTimer(self._key(TimerKind.PROBE), self.next_probe_ms))
         if self.state is GroupState.PREPARING_REBALANCE:
-            longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-            self.join_deadline_ms = now_ms + longest
+            self.join_deadline_ms = now_ms + self._longest_rebalance_timeout()
             self.join_ready_ms = now_ms
             effects.append(ScheduleTimer(self._key(TimerKind.JOIN), self.join_deadline_ms))
         return Outcome(effects=effects)

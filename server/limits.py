@@ -111,10 +111,6 @@ class BoundedWork:
         self._limit_name, self._limit, self._what = limit_name, limit, what
         self._running: set[asyncio.Task] = set()
 
-    @property
-    def running(self) -> int:
-        return len(self._running)
-
     def start(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task:
         if len(self._running) >= self._limit:
             work.close()
