@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.rebalance_log import LAG_BUCKETS, InvalidLog, expand_paths, is_url, line_metrics
-from pipeline.spark import hadoop_literal
+from pipeline.spark import hadoop_literal, read_table
 
 RECORD_COLUMNS: list[tuple[str, str]] = [
     ("group_id", "string"), ("generation", "long"), ("time_ms", "long"), ("compute_ms", "double"),
@@ -179,17 +179,17 @@ def _analyze(spark: Any, files: list[str], out: Path, *, bucket_s: int | None, r
     with progress(spark, f"measure rebalance log ({len(files)} files)", enabled=show_progress):
         parsed = read_records(spark, files, partitions, staging=out / "_staged_logs")
         parsed.write.mode("overwrite").parquet(str(out / "_parsed"))
-    parsed = spark.read.parquet(hadoop_literal(str(out / "_parsed")))
+    parsed = read_table(spark, out, "_parsed")
     bad = parsed.where(F.col("error").isNotNull())
     good = parsed.where(F.col("error").isNull())
     _require_records(parsed, bad, len(files))
     records = good.dropDuplicates(["group_id", "generation", "time_ms"]).drop("error")
     records.orderBy("group_id", "time_ms", "generation").write.mode("overwrite").parquet(str(out / "records"))
-    records = spark.read.parquet(hadoop_literal(str(out / "records")))
+    records = read_table(spark, out, "records")
 
     episodes = episodes_of(records)
     episodes.orderBy("group_id", "start_ms").write.mode("overwrite").parquet(str(out / "episodes"))
-    episodes = spark.read.parquet(hadoop_literal(str(out / "episodes")))
+    episodes = read_table(spark, out, "episodes")
 
     ordered = Window.partitionBy("group_id").orderBy("time_ms", "generation")
     latest = Window.partitionBy("group_id").orderBy(F.desc("time_ms"), F.desc("generation"))
@@ -285,7 +285,9 @@ def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> 
     """Small aggregates for the report, read back from the tables just written."""
     from pyspark.sql import functions as F
 
-    read = lambda name: spark.read.parquet(hadoop_literal(str(out / name)))  # noqa: E731
+    def read(name: str) -> Any:
+        return read_table(spark, out, name)
+
     records = read("records")
     record_count = records.count()
     lag_rows: dict[str, list[int]] = {}

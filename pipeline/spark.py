@@ -37,6 +37,11 @@ def hadoop_literal(path: str) -> str:
     return re.sub(r"([\\*?\[\]{}^])", r"\\\1", path)
 
 
+def read_table(spark: Any, out: Path, name: str) -> Any:
+    """A table this run wrote under ``--out``, read back by its literal path (``hadoop_literal``)."""
+    return spark.read.parquet(hadoop_literal(str(out / name)))
+
+
 def master_problem(master: str | None) -> str | None:
     """``--master`` checked before Spark starts: the problem, or None."""
     if master is not None and not _MASTER.fullmatch(master):

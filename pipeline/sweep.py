@@ -175,7 +175,7 @@ def run_sweep(spark: Any, plan: Plan, out: str | Path, *, partitions: int | None
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from pipeline.spark import hadoop_literal, progress
+    from pipeline.spark import progress, read_table
 
     out = Path(out).absolute()  # a relative name with a colon would be a URL scheme to Hadoop
     out.mkdir(parents=True, exist_ok=True)
@@ -184,16 +184,16 @@ def run_sweep(spark: Any, plan: Plan, out: str | Path, *, partitions: int | None
     with progress(spark, label, enabled=show_progress):
         runs = runs_full.drop("steps")
         runs.orderBy("run_id").write.mode("overwrite").parquet(str(out / "runs"))
-    runs = spark.read.parquet(hadoop_literal(str(out / "runs")))
+    runs = read_table(spark, out, "runs")
     steps = runs_full.select(F.explode("steps").alias("s")).select("s.*")
     steps.orderBy("run_id", "step").write.mode("overwrite").parquet(str(out / "steps"))
-    steps = spark.read.parquet(hadoop_literal(str(out / "steps")))
+    steps = read_table(spark, out, "steps")
     runs_full.unpersist()
     per, overall = config_tables(runs)
     per.orderBy("event", "rank").write.mode("overwrite").parquet(str(out / "configs"))
     overall.orderBy("overall_rank").write.mode("overwrite").parquet(str(out / "config_ranking"))
-    table = lambda name: spark.read.parquet(hadoop_literal(str(out / name)))  # noqa: E731
-    data = report_data(runs, table("steps"), table("configs"), table("config_ranking"), plan)
+    data = report_data(runs, read_table(spark, out, "steps"), read_table(spark, out, "configs"),
+                       read_table(spark, out, "config_ranking"), plan)
     if report:
         from pipeline.report import sweep_report
 
