@@ -102,12 +102,23 @@ class _Watched:
             try:
                 stamp = self._stat()
                 if stamp != self._stamp:
+                    self._stamp = stamp  # a bad version is reported once, not every second
                     self.value = self._parse(self.path.read_text())
-                    self._stamp = stamp
                     log.info("auth.file.reloaded", path=str(self.path))
             except (OSError, ValueError) as error:
                 log.error("auth.file.reload_failed", path=str(self.path), error=str(error))
         return self.value
+
+
+def _yaml(text: str, what: str) -> Any:
+    """The document of a token or ACL file; a syntax error as a ValueError that gives its line
+    and column but not the text there (a token file's lines are secrets)."""
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{what}: not valid YAML{where}") from None
 
 
 # ---- tokens ---------------------------------------------------------------------------------------
@@ -119,7 +130,7 @@ def _digest(token: str) -> bytes:
 
 def parse_token_file(text: str) -> Mapping[bytes, str]:
     """YAML ``{tokens: {TOKEN: PRINCIPAL}}``; kept as sha256(token) -> principal."""
-    document = yaml.safe_load(text) or {}
+    document = _yaml(text, "token file")
     tokens = document.get("tokens") if isinstance(document, dict) else None
     if not isinstance(tokens, dict):
         raise ValueError("token file: expected a mapping 'tokens: {TOKEN: PRINCIPAL}'")
@@ -267,7 +278,7 @@ def parse_acl_file(text: str) -> tuple[Grant, ...]:
           - principal: batch-planner
             operations: [assign]                     # Assign is not tied to a group
     """
-    document = yaml.safe_load(text) or {}
+    document = _yaml(text, "ACL file")
     entries = document.get("acls") if isinstance(document, dict) else None
     if not isinstance(entries, list):
         raise ValueError("ACL file: expected a list under 'acls'")

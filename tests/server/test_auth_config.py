@@ -39,6 +39,39 @@ def test_tokens_must_be_long_enough_to_guess_hard():
         parse_token_file("tokens:\n  short: p\n")
 
 
+@pytest.mark.parametrize("parse", [parse_token_file, parse_acl_file])
+def test_a_file_that_is_no_yaml_names_the_place_not_the_text(parse):
+    """A token file's lines are secrets: a syntax error says where, never what is there."""
+    secret = "0123456789abcdef-secret"
+    with pytest.raises(ValueError, match=r"not valid YAML at line \d+, column \d+") as caught:
+        parse(f'tokens:\n  {secret}: "alice\n')
+    assert secret not in str(caught.value)
+
+
+def test_a_token_file_broken_after_start_keeps_its_last_good_tokens(tmp_path, monkeypatch):
+    """An audit's find: a YAML syntax error (no ValueError) escaped the reload, every call that
+    checked a token answered INTERNAL, and the traceback logged the file's lines."""
+    from structlog.testing import capture_logs
+
+    import server.auth
+
+    monkeypatch.setattr(server.auth, "RELOAD_CHECK_S", 0.0)
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n  0123456789abcdef-alice: alice\n")
+    authenticator = Authenticator(token_file=tokens)
+    tokens.write_text('tokens:\n  0123456789abcdef-alice: "alice\n  fedcba9876543210-bob: bob\n')
+    with capture_logs() as logs:
+        for _ in range(3):
+            assert authenticator.principal_for(bearer="0123456789abcdef-alice") == Principal("alice", "token")
+    failures = [entry for entry in logs if entry["event"] == "auth.file.reload_failed"]
+    assert len(failures) == 1  # once per change, not once a second
+    assert "0123456789abcdef" not in str(failures) and "fedcba" not in str(failures)
+    tokens.write_text("tokens:\n  fedcba9876543210-bob: bob\n")
+    assert authenticator.principal_for(bearer="fedcba9876543210-bob") == Principal("bob", "token")
+    with pytest.raises(server.auth.AuthError, match="not known"):
+        authenticator.principal_for(bearer="0123456789abcdef-alice")
+
+
 def _gate(tmp_path, acl: str) -> Gate:
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text("tokens:\n  0123456789abcdef0123: p\n")
