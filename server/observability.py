@@ -79,6 +79,21 @@ class Metrics:
         )
 
         self.groups_expired = Counter("remote_leader_groups_expired", "Empty groups removed after the retention", registry=r)
+        self._group_series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}
+
+    def of_group(self, metric, group_id: str, *labels: str):
+        """``metric``'s series of this group (and further label values), remembered for
+        ``forget_group``."""
+        self._group_series.setdefault(group_id, set()).add((metric, (group_id, *labels)))
+        return metric.labels(group_id, *labels)
+
+    def forget_group(self, group_id: str) -> None:
+        """Drop the group's series: it expired, or another replica serves it now. Its ids are
+        the callers' to choose, so series kept for every group ever seen grow without bound, and
+        a replica that lost a group exported its gauges beside the new owner's (dashboards
+        summing members or warm-ups counted it twice)."""
+        for metric, labels in self._group_series.pop(group_id, ()):
+            metric.remove(*labels)
 
     def refused_seen(self, method: str, code: str, reason: str) -> None:
         self.refused.labels(method, code, reason).inc()
@@ -96,20 +111,20 @@ class Telemetry:
     def record(self, group_id: str, generation: int, members: int, name: str, fields: dict[str, Any]) -> None:
         m = self.metrics
         if name == "group.rebalance.completed":
-            m.rebalances.labels(group_id, fields.get("trigger", "")).inc()
+            m.of_group(m.rebalances, group_id, fields.get("trigger", "")).inc()
             if "compute_ms" in fields:
                 m.compute_seconds.observe(fields["compute_ms"] / 1000.0)
-            m.warmups.labels(group_id).set(fields.get("warmups", 0))
+            m.of_group(m.warmups, group_id).set(fields.get("warmups", 0))
         elif name == "group.probe.scheduled":
-            m.probes_scheduled.labels(group_id, fields["reason"]).inc()
+            m.of_group(m.probes_scheduled, group_id, fields["reason"]).inc()
         elif name == "group.probe.fired":
-            m.probes_fired.labels(group_id, fields["reason"]).inc()
+            m.of_group(m.probes_fired, group_id, fields["reason"]).inc()
         elif name == "group.restored":  # loaded at start or taken over: what it holds now
-            m.warmups.labels(group_id).set(fields["warmups"])
+            m.of_group(m.warmups, group_id).set(fields["warmups"])
         elif name == "group.empty":  # nobody restores anything any more
-            m.warmups.labels(group_id).set(0)
-        m.generation.labels(group_id).set(generation)
-        m.members.labels(group_id).set(members)
+            m.of_group(m.warmups, group_id).set(0)
+        m.of_group(m.generation, group_id).set(generation)
+        m.of_group(m.members, group_id).set(members)
         (log.debug if name in _DEBUG_EVENTS else log.info)(name, **{"group_id": group_id, "generation": generation, **fields})
 
 

@@ -184,6 +184,7 @@ class Coordinator:
             if group is None:
                 return
             _writes, replies, _computes = await self._apply(group, group.unload().effects)
+            self.metrics.forget_group(group_id)
         self._deliver(replies)
 
     async def check_owner(self, group_id: str) -> None:
@@ -251,6 +252,7 @@ class Coordinator:
             if group is None or group.state is not GroupState.EMPTY or group.members:
                 return False
             del self.groups[group_id]
+            self.metrics.forget_group(group_id)
             forgotten = self.store.forget(group_id) if self.store is not None else None
         if forgotten is not None:
             await forgotten

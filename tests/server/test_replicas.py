@@ -137,6 +137,11 @@ async def test_a_paused_owner_is_fenced_after_a_takeover(tmp_path, postgres_dsn)
             assert row(postgres_dsn, "SELECT snapshot, epoch FROM groups WHERE group_id = 'app'") == before
             assert first.server.metrics.fenced_writes._value.get() == 1
             assert "app" not in first.server.coordinator.groups
+            # ... nor in r1's metrics: it exported the group's gauges beside r2's (an audit's
+            # find: dashboards summing members or warm-ups counted the group twice)
+            gauge = first.server.metrics.registry.get_sample_value
+            assert gauge("remote_leader_group_members", {"group": "app"}) is None
+            assert second.server.metrics.registry.get_sample_value("remote_leader_group_members", {"group": "app"}) == 2
             # A member that still talks to r1 is sent to r2.
             beat = await workers[0].heartbeat()
             assert beat.error_code == epb.ERROR_CODE_NOT_COORDINATOR

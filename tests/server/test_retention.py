@@ -31,6 +31,12 @@ async def _abandon(s, group_id: str) -> None:
     assert (await member.leave()).error_code == epb.ERROR_CODE_NONE
 
 
+def _series(s, group_id: str) -> set[str]:
+    """The names of the samples /metrics exports for this group."""
+    return {sample.name for family in s.server.metrics.registry.collect() for sample in family.samples
+            if sample.labels.get("group") == group_id}
+
+
 async def test_an_abandoned_group_expires_from_memory_store_and_list(tmp_path):
     async with running_server(tmp_path, empty_group_retention_ms=RETENTION_MS) as s:
         await _abandon(s, "abandoned")
@@ -45,6 +51,11 @@ async def test_an_abandoned_group_expires_from_memory_store_and_list(tmp_path):
         described = await s.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="abandoned"))
         assert described.error_code == epb.ERROR_CODE_GROUP_ID_NOT_FOUND
         assert s.server.metrics.registry.get_sample_value("remote_leader_groups_expired_total") == 1.0
+        # ... and from /metrics: the callers choose group ids, so the series of every group
+        # ever seen grew without bound (an audit's find)
+        assert _series(s, "abandoned") == set()
+        assert _series(s, "busy") >= {"remote_leader_group_members", "remote_leader_group_generation",
+                                      "remote_leader_warmups_in_flight", "remote_leader_rebalances_total"}
     async with running_server(tmp_path, empty_group_retention_ms=RETENTION_MS) as s:
         assert await _group_ids(s.stub) == ["busy"]  # gone from the store too
 
