@@ -969,7 +969,7 @@ class Group:
                     num_threads=m.num_threads,
                     version=m.version,
                     latest_supported_version=m.latest_supported_version,
-                    lags=MappingProxyType(dict(sorted(m.lags.items()))),
+                    lags=m.lags,  # read-only, replaced whole on each report: no copy (the live page reads it each second)
                     lags_updated_ms=m.lags_updated_ms,
                     active=assignment.active,
                     standby=assignment.standby,

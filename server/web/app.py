@@ -1,8 +1,8 @@
 """The server's HTTP port: Prometheus ``/metrics`` and the live operator's page.
 
-One aiohttp application on the server's own event loop (no thread): it reads the
-coordinator's group views directly, between two handlers, so what it shows is what
-``describe`` would answer at that moment. The page is read-only: it has no form and no
+One aiohttp application on the server's own event loop: it reads the coordinator's group
+views directly, between two handlers, so what it shows is what ``describe`` would answer at
+that moment (a group's page is then rendered from that view in a thread, ``RENDERS`` at once). The page is read-only: it has no form and no
 POST route.
 
 - ``/`` lists the groups: state, generation, members, warm-ups in flight, next probe.
@@ -46,12 +46,19 @@ from prometheus_client.exposition import choose_encoder
 from assignor.lag import Lag, LagKind
 from assignor.model import TaskId
 from server.auth import ANONYMOUS, AuthError, Gate, Operation, Principal
-from server.web.history import PageHistory
+from server.web.history import PageHistory, RebalanceSummary
 
 log = structlog.get_logger(__name__)
 
 REFRESH_S = 2
 SAMPLE_S = 1.0
+# The tasks x members picture up to this many cells: its HTML grows with them (a group of
+# 20,000 tasks and 4 members was a 4.3 MB page and 1 s of rendering; 1,000 members would make
+# it 20 million cells). Larger groups get their members' counts and a table of the warm-ups.
+PICTURE_CELLS = 10_000
+# Group pages rendered at once, each in a thread of its own so that the event loop goes on
+# answering heartbeats meanwhile; more requests wait their turn.
+RENDERS = 2
 PAGE_MODES = ("loopback", "on", "off")
 
 _templates = jinja2.Environment(
@@ -125,6 +132,7 @@ class LivePage:
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task | None = None
         self._plotly: bytes | None = None
+        self._renders = asyncio.Semaphore(RENDERS)
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -266,8 +274,17 @@ class LivePage:
                              now=_clock(now))
             response.set_status(404)
             return response
-        return _html("group.html", **group_context(view, self.history, now), refresh_s=REFRESH_S,
-                     title=f"remote-leader: {view.group_id}", now=_clock(now))
+        # the history read here, on the loop that updates it; the rest in a thread
+        lines, rebalances = self.history.warmup_lines(view.group_id), self.history.rebalances(view.group_id)
+
+        def page() -> str:
+            return _templates.get_template("group.html").render(
+                **group_context(view, lines, rebalances, now), refresh_s=REFRESH_S,
+                title=f"remote-leader: {view.group_id}", now=_clock(now))
+
+        async with self._renders:
+            text = await asyncio.to_thread(page)
+        return web.Response(text=text, content_type="text/html", headers=_NO_STORE)
 
 
 #: How much of the rebalance log's end the page reads at start: records carry the whole
@@ -298,9 +315,12 @@ def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> list[dict[str,
     return records
 
 
+_NO_STORE = {"Cache-Control": "no-store"}
+
+
 def _html(template: str, **context: Any) -> web.Response:
     return web.Response(text=_templates.get_template(template).render(**context), content_type="text/html",
-                        headers={"Cache-Control": "no-store"})
+                        headers=_NO_STORE)
 
 
 def _is_loopback(remote: str | None) -> bool:
@@ -316,23 +336,30 @@ def _member_name(member: Any) -> str:
     return member.group_instance_id or member.process_id[:8]
 
 
-def group_context(view: Any, history: PageHistory, now_ms: int) -> dict[str, Any]:
-    """Everything group.html shows, as plain values (tested without a browser)."""
+def group_context(view: Any, warmup_lines: dict[str, list[tuple[int, int]]], rebalances: list[RebalanceSummary],
+                  now_ms: int) -> dict[str, Any]:
+    """Everything group.html shows, as plain values (tested without a browser), from the
+    group's view and its page history (``PageHistory.warmup_lines``, ``rebalances``)."""
     members = sorted(view.members, key=lambda m: (_member_name(m), m.member_id))
     acceptable = view.config.acceptable_recovery_lag if view.config is not None else None
     tasks = sorted({t for m in members for t in (*m.active, *m.standby, *m.warmup)} | set(_topology_tasks(view)))
+
+    def cell(m: Any, role: str, task: TaskId) -> dict[str, str]:
+        lag = m.lags.get(task)
+        caught_up = role != "warmup" or (acceptable is not None and 0 <= lag_value(lag) <= acceptable)
+        return {"role": role, "label": {"active": "A", "standby": "S", "warmup": "W"}[role],
+                "lag": lag_text(lag) if lag is not None else "", "state": "caught-up" if caught_up else "restoring"}
+
+    picture_cells = len(tasks) * len(members)
     cells: dict[tuple[str, str], dict[str, str]] = {}
-    for m in members:
-        for role, held in (("active", m.active), ("standby", m.standby), ("warmup", m.warmup)):
-            for task in held:
-                lag = m.lags.get(task)
-                caught_up = role != "warmup" or (acceptable is not None and 0 <= lag_value(lag) <= acceptable)
-                cells[(str(task), m.member_id)] = {
-                    "role": role, "label": {"active": "A", "standby": "S", "warmup": "W"}[role],
-                    "lag": lag_text(lag) if lag is not None else "",
-                    "state": "caught-up" if caught_up else "restoring",
-                }
-    figure = _warmup_figure(history.warmup_lines(view.group_id), acceptable, now_ms)
+    if picture_cells <= PICTURE_CELLS:
+        for m in members:
+            for role, held in (("active", m.active), ("standby", m.standby), ("warmup", m.warmup)):
+                for task in held:
+                    cells[(str(task), m.member_id)] = cell(m, role, task)
+    warmups = [{"task": str(task), "member": _member_name(m), **cell(m, "warmup", task)}
+               for m in members for task in sorted(m.warmup)]
+    figure = _warmup_figure(warmup_lines, acceptable, now_ms)
     return {
         "group": {
             "group_id": view.group_id, "state": view.state, "generation": view.generation,
@@ -349,15 +376,17 @@ def group_context(view: Any, history: PageHistory, now_ms: int) -> dict[str, Any
             "threads": m.num_threads, "last_report": _ago(now_ms, m.lags_updated_ms),
             "active": len(m.active), "standby": len(m.standby), "warmup": len(m.warmup),
         } for m in members],
-        "tasks": [str(t) for t in tasks],
-        "cells": {f"{task}|{member}": cell for (task, member), cell in cells.items()},
+        "tasks": [str(t) for t in tasks] if picture_cells <= PICTURE_CELLS else [],
+        "cells": {f"{task}|{member}": shown for (task, member), shown in cells.items()},
+        "picture": {"tasks": len(tasks), "members": len(members), "cells": picture_cells, "limit": PICTURE_CELLS},
+        "warmup_rows": warmups,
         "rebalances": [{
             "generation": r.generation, "when": _clock(r.time_ms), "ago": _ago(now_ms, r.time_ms),
             "trigger": r.trigger, "compute_ms": f"{r.compute_ms:,.1f}", "members": r.members,
             "duration": f"{r.rebalance_ms / 1000:,.2f} s" if r.rebalance_ms else "–",
             "moved": r.actives_moved, "placed": r.actives_placed, "warmups": r.warmups,
             "probing": "yes" if r.probing else "no",
-        } for r in history.rebalances(view.group_id)],
+        } for r in rebalances],
         "warmup_figure": json.dumps(figure).replace("</", "<\\/") if figure else "",
     }
 
