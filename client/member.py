@@ -591,9 +591,13 @@ class GroupMember:
         self._assignment = new
         self._metadata = StreamsMetadataState(new.cluster)
         self.rebalances += 1
+        # counts at info, the tasks at debug: a member of a large group logged 20,000 task ids
+        # on one line at every rebalance
         self._log.info("member.assignment.received", generation=self.generation, member_id=self.member_id,
-                       active=[str(t) for t in new.active], standby=[str(t) for t in new.standby],
-                       warmup=[str(t) for t in sorted(new.warmup)])
+                       active=len(new.active), standby=len(set(new.standby) - set(new.warmup)), warmup=len(new.warmup))
+        self._log.debug("member.assignment.tasks", generation=self.generation, member_id=self.member_id,
+                        active=[str(t) for t in new.active], standby=[str(t) for t in new.standby],
+                        warmup=[str(t) for t in sorted(new.warmup)])
         for queue in self._watchers:  # watchers (a sidecar's worker) may be the ones applying it
             queue.put_nowait(change)
         return change
