@@ -88,6 +88,7 @@ class Topology:
         subs = tuple(subtopologies)
         seen_ids: set[int] = set()
         seen_stores: dict[str, int] = {}  # store -> the subtopology listing it
+        seen_topics: dict[str, int] = {}  # source topic -> the subtopology reading it
         for index, sub in enumerate(subs):
             where = f"topology.subtopologies[{index}]"
             if isinstance(sub.id, bool) or not isinstance(sub.id, int) or sub.id < 0:
@@ -101,6 +102,15 @@ class Topology:
                     raise InvalidInput(f"{where}.partitions", f"expected an integer >= 1, got {count!r}")
             if not sub.source_topics or not all(isinstance(t.name, str) and t.name for t in sub.source_topics):
                 raise InvalidInput(f"{where}.source_topics", "expected at least one topic name")
+            for topic in sub.source_topics:
+                # Kafka Streams reads a topic in one subtopology (a second source of it is a
+                # TopologyException): a partition's records and its task's store go together,
+                # which the query routing of KIP-535 relies on (topic -> subtopology).
+                if topic.name in seen_topics:
+                    raise InvalidInput(f"{where}.source_topics", f"topic {topic.name!r} listed twice"
+                                       if seen_topics[topic.name] == index else
+                                       f"topic {topic.name!r} is read by two subtopologies")
+                seen_topics[topic.name] = index
             for store in sub.state_stores:
                 if not isinstance(store.name, str) or not store.name:
                     raise InvalidInput(f"{where}.stores", "a store needs a non-empty name")

@@ -104,3 +104,18 @@ def test_a_store_listed_twice_in_one_subtopology_is_said_so():
                                                           "stores": ["x", "x"]}]}
     with pytest.raises(InvalidInput, match="store 'x' listed twice"):
         parse_member_document(document)
+
+
+@pytest.mark.parametrize(("topics", "message"), [
+    ([["orders"], ["orders"]], "topic 'orders' is read by two subtopologies"),
+    ([["orders", "orders"]], "topic 'orders' listed twice"),
+])
+def test_a_topic_is_read_by_one_subtopology(topics, message):
+    """Kafka Streams refuses a second source of a topic: a helper's audit found two
+    subtopologies reading one topic accepted, and queries routed to the wrong hosts (the
+    routing maps a topic to its subtopology)."""
+    document = {"application_id": "a", "subtopologies": [
+        {"id": index, "source_topics": names, "partitions": 3} for index, names in enumerate(topics)]}
+    with pytest.raises(InvalidInput, match=message) as error:
+        parse_member_document(document)
+    assert error.value.field == f"topology.subtopologies[{len(topics) - 1}].source_topics"

@@ -50,11 +50,11 @@ async def test_tasks_per_group_count_the_widest_topic_of_each_subtopology(tmp_pa
         await rebalance(s.clock, [fits], advance_ms=3_000)
 
 
-async def test_partitions_per_group_count_a_topic_listed_by_each_subtopology(tmp_path):
-    """SyncGroup's host maps list each task's topic partitions: one topic of 60 partitions
-    listed by two subtopologies is 120 entries, and counts as such."""
+async def test_partitions_per_group_count_every_subtopology_s_topics(tmp_path):
+    """SyncGroup's host maps list each task's topic partitions: two subtopologies of a topic of
+    60 partitions each are 120 entries, and count as such (checked before the topology itself)."""
     shared = pb.Topology(subtopologies=[
-        pb.Subtopology(id=i, source_topics=[pb.SourceTopic(name="shared", partition_count=60)]) for i in range(2)
+        pb.Subtopology(id=i, source_topics=[pb.SourceTopic(name=f"topic-{i}", partition_count=60)]) for i in range(2)
     ])
     async with running_server(tmp_path, max_partitions_per_group=100) as s:
         error = await _refused(s.stub.JoinGroup, s.worker(topo=shared).join_request())
