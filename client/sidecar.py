@@ -91,6 +91,7 @@ class SidecarLagSource:
     against the changelog end offsets and running actives the worker last reported."""
 
     def __init__(self, topology: Topology, directory: StateDirectory | None = None) -> None:
+        self.topology = topology
         self.reported = StaticLagSource()
         self.explicit = directory is None
         self.end_offsets: dict[tuple[str, int], int] = {}
@@ -113,6 +114,52 @@ class SidecarLagSource:
 
     def store_partition_lags(self) -> Mapping[str, Mapping[int, LagInfo]]:
         return self._source().store_partition_lags()
+
+
+def _task(message, where: str) -> TaskId:
+    """A task id the worker sent, checked as the leader checks it: sent on to the leader, a bad
+    one was accepted here and refused there at the next JoinGroup, and the member stopped."""
+    if message.subtopology < 0 or message.partition < 0:
+        raise InvalidInput(where, f"subtopology and partition must be >= 0, got {message.subtopology}_{message.partition}")
+    return codec.task_from_proto(message)
+
+
+def lag_report_from_proto(request, topology: Topology) -> tuple[dict, dict, dict, frozenset[TaskId]]:
+    """``ReportLags`` as domain values (task lags, store lags, changelog end offsets, running
+    actives), every field checked: InvalidInput names the first bad one."""
+    task_lags: dict[TaskId, Lag] = {}
+    for index, entry in enumerate(request.task_lags):
+        where = f"task_lags[{index}]"
+        if not entry.HasField("task"):
+            raise InvalidInput(f"{where}.task", "required")
+        task = _task(entry.task, f"{where}.task")
+        if task in task_lags:
+            raise InvalidInput(f"{where}.task", f"duplicate task {task}")
+        if entry.lag < -2:
+            raise InvalidInput(f"{where}.lag", f"expected >= 0, -1 (latest) or -2 (unknown), got {entry.lag}")
+        task_lags[task] = Lag.from_wire(entry.lag)
+    store_lags: dict[str, dict[int, LagInfo]] = {}
+    for index, entry in enumerate(request.store_lags):
+        where = f"store_lags[{index}]"
+        if not entry.store:
+            raise InvalidInput(f"{where}.store", "required")
+        topology.store(entry.store, f"{where}.store")
+        if entry.partition < 0:
+            raise InvalidInput(f"{where}.partition", f"expected >= 0, got {entry.partition}")
+        if entry.partition in store_lags.get(entry.store, {}):
+            raise InvalidInput(f"{where}.partition", f"duplicate partition {entry.partition} of store {entry.store!r}")
+        for name in ("current_offset_position", "end_offset_position"):
+            if getattr(entry, name) < 0:
+                raise InvalidInput(f"{where}.{name}", f"expected >= 0, got {getattr(entry, name)}")
+        store_lags.setdefault(entry.store, {})[entry.partition] = LagInfo(
+            entry.current_offset_position, entry.end_offset_position)
+    end_offsets: dict[tuple[str, int], int] = {}
+    for index, entry in enumerate(request.changelog_end_offsets):
+        if not entry.topic or entry.partition < 0 or entry.end_offset < 0:
+            raise InvalidInput(f"changelog_end_offsets[{index}]", "expected a topic, a partition >= 0 and an offset >= 0")
+        end_offsets[(entry.topic, entry.partition)] = entry.end_offset
+    running = frozenset(_task(task, f"running_actives[{index}]") for index, task in enumerate(request.running_actives))
+    return task_lags, store_lags, end_offsets, running
 
 
 class SidecarServicer(spb_grpc.SidecarServiceServicer):
@@ -176,26 +223,11 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
         return spb.AcknowledgeAssignmentResponse(accepted=accepted)
 
     async def ReportLags(self, request, context):
-        task_lags: dict[TaskId, Lag] = {}
-        for index, entry in enumerate(request.task_lags):
-            if entry.lag < -2:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                    f"task_lags[{index}].lag: expected >= 0, -1 (latest) or -2 (unknown), got {entry.lag}")
-            task_lags[codec.task_from_proto(entry.task)] = Lag.from_wire(entry.lag)
-        store_lags: dict[str, dict[int, LagInfo]] = {}
-        for index, entry in enumerate(request.store_lags):
-            if not entry.store:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"store_lags[{index}].store: required")
-            store_lags.setdefault(entry.store, {})[entry.partition] = LagInfo(
-                entry.current_offset_position, entry.end_offset_position)
-        end_offsets: dict[tuple[str, int], int] = {}
-        for index, entry in enumerate(request.changelog_end_offsets):
-            if not entry.topic or entry.partition < 0 or entry.end_offset < 0:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                    f"changelog_end_offsets[{index}]: expected a topic, a partition >= 0 and an offset >= 0")
-            end_offsets[(entry.topic, entry.partition)] = entry.end_offset
-        running = frozenset(codec.task_from_proto(t) for t in request.running_actives)
-        self.lag_source.update(task_lags, store_lags, end_offsets, running)
+        try:
+            report = lag_report_from_proto(request, self.lag_source.topology)
+        except InvalidInput as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        self.lag_source.update(*report)
         return spb.ReportLagsResponse()
 
     async def HoldCleanupLock(self, request, context) -> AsyncIterator[spb.HoldCleanupLockResponse]:

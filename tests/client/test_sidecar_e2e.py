@@ -112,6 +112,10 @@ async def test_sidecar_api_from_a_separate_process(leader, tmp_path):
                 await sidecar.ReportLags(spb.ReportLagsRequest(task_lags=[
                     apb.TaskLag(task=apb.TaskId(subtopology=0, partition=0), lag=-7)]))
             assert "task_lags[0].lag" in error.value.details()
+            with pytest.raises(grpc.aio.AioRpcError) as error:  # refused here, not by the leader at the next join
+                await sidecar.ReportLags(spb.ReportLagsRequest(task_lags=[
+                    apb.TaskLag(task=apb.TaskId(subtopology=0, partition=-1), lag=3)]))
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "task_lags[0].task" in error.value.details()
             watch.cancel()
 
         process.send_signal(signal.SIGTERM)

@@ -8,8 +8,10 @@ from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
 from client.lags import LagInfo
-from client.sidecar import SidecarLagSource, parse_member_document
+from client.sidecar import SidecarLagSource, lag_report_from_proto, parse_member_document
 from client.state import StateDirectory
+from remote_leader.sidecar.v1 import sidecar_pb2 as spb
+from remote_leader.v1 import assignment_pb2 as apb
 
 TOPOLOGY = Topology.of("app", (Subtopology.of(0, ("orders",), 2, (StateStore("counts"),)),))
 
@@ -119,3 +121,47 @@ def test_a_topic_is_read_by_one_subtopology(topics, message):
     with pytest.raises(InvalidInput, match=message) as error:
         parse_member_document(document)
     assert error.value.field == f"topology.subtopologies[{len(topics) - 1}].source_topics"
+
+
+_COUNTS = Topology.of("a", [Subtopology.of(0, ["orders"], 4, stores=(StateStore("counts"),))])
+
+
+def _lag(subtopology: int, partition: int, lag: int = 0) -> apb.TaskLag:
+    return apb.TaskLag(task=apb.TaskId(subtopology=subtopology, partition=partition), lag=lag)
+
+
+@pytest.mark.parametrize(("request_", "field"), [
+    pytest.param(spb.ReportLagsRequest(task_lags=[_lag(0, -1)]), "task_lags[0].task", id="negative-partition"),
+    pytest.param(spb.ReportLagsRequest(task_lags=[_lag(-3, 0)]), "task_lags[0].task", id="negative-subtopology"),
+    pytest.param(spb.ReportLagsRequest(task_lags=[apb.TaskLag(lag=5)]), "task_lags[0].task", id="no-task"),
+    pytest.param(spb.ReportLagsRequest(task_lags=[_lag(0, 1), _lag(0, 1, 3)]), "task_lags[1].task", id="duplicate-task"),
+    pytest.param(spb.ReportLagsRequest(task_lags=[_lag(0, 1, -7)]), "task_lags[0].lag", id="bad-lag"),
+    pytest.param(spb.ReportLagsRequest(store_lags=[spb.StorePartitionLag(store="nope", partition=0)]), "store_lags[0].store",
+                 id="unknown-store"),
+    pytest.param(spb.ReportLagsRequest(store_lags=[spb.StorePartitionLag(store="counts", partition=-1)]), "store_lags[0].partition",
+                 id="negative-store-partition"),
+    pytest.param(spb.ReportLagsRequest(store_lags=[spb.StorePartitionLag(store="counts", partition=0, current_offset_position=-5)]),
+                 "store_lags[0].current_offset_position", id="negative-position"),
+    pytest.param(spb.ReportLagsRequest(store_lags=[spb.StorePartitionLag(store="counts", partition=0),
+                                                   spb.StorePartitionLag(store="counts", partition=0)]),
+                 "store_lags[1].partition", id="duplicate-store-partition"),
+    pytest.param(spb.ReportLagsRequest(running_actives=[apb.TaskId(subtopology=0, partition=-1)]), "running_actives[0]",
+                 id="negative-running-active"),
+])
+def test_a_bad_lag_report_names_the_field(request_, field):
+    """A helper's audit: a task 0_-1 was accepted here, refused by the leader at the next
+    JoinGroup, and the sidecar exited 1; other bad fields were taken silently."""
+    with pytest.raises(InvalidInput) as error:
+        lag_report_from_proto(request_, _COUNTS)
+    assert error.value.field == field
+
+
+def test_a_good_lag_report_becomes_domain_values():
+    request_ = spb.ReportLagsRequest(
+        task_lags=[_lag(0, 1, 40), _lag(0, 2, -2)],
+        store_lags=[spb.StorePartitionLag(store="counts", partition=1, current_offset_position=60, end_offset_position=100)],
+        running_actives=[apb.TaskId(subtopology=0, partition=3)])
+    task_lags, store_lags, end_offsets, running = lag_report_from_proto(request_, _COUNTS)
+    assert task_lags == {TaskId(0, 1): Lag.behind(40), TaskId(0, 2): UNKNOWN}
+    assert store_lags == {"counts": {1: LagInfo(60, 100)}}
+    assert end_offsets == {} and running == {TaskId(0, 3)}
