@@ -73,16 +73,63 @@ def change_to_proto(change: AssignmentChange) -> spb.AssignmentChange:
 
 
 class _Acknowledgements:
-    """Acknowledging watchers, and the generation they must confirm before the lock is released."""
+    """Acknowledging watchers, and the generation each must confirm before the lock is released.
+
+    A watcher is known by its ``watch_id`` when it gives one (its pending acknowledgement then
+    outlives its stream: one that reconnects mid-apply still owes it, and only an
+    acknowledgement with that name settles it), else by its stream alone (gone with it).
+    """
 
     def __init__(self) -> None:
-        self.watchers: set[object] = set()
-        self.pending: dict[object, int] = {}
+        self.watchers: dict[object, int] = {}  # live acknowledging watchers (a name or a stream's token) -> streams
+        self.pending: dict[object, int] = {}  # watcher -> the generation it owes
         self.changed = asyncio.Event()
 
     def notify(self) -> None:
         changed, self.changed = self.changed, asyncio.Event()
         changed.set()
+
+    def join(self, watcher: object) -> None:
+        self.watchers[watcher] = self.watchers.get(watcher, 0) + 1
+
+    def leave(self, watcher: object, named: bool) -> None:
+        self.watchers[watcher] -= 1
+        if not self.watchers[watcher]:
+            del self.watchers[watcher]
+            if not named:
+                self.pending.pop(watcher, None)
+        self.notify()
+
+    def owe(self, generation: int) -> None:
+        for watcher in self.watchers:
+            self.pending[watcher] = generation
+
+    def owing(self, generation: int) -> bool:
+        return generation in self.pending.values()
+
+    def give_up(self, generation: int) -> None:
+        """The apply timeout: nobody owes that generation any more (a late acknowledgement of it
+        is refused, as for any stale one)."""
+        for watcher in [w for w, owed in self.pending.items() if owed == generation]:
+            del self.pending[watcher]
+
+    def settle(self, generation: int, watch_id: str) -> bool:
+        """An acknowledgement: by name, that watcher's; unnamed, one unnamed watcher's."""
+        if watch_id:
+            watcher: object = ("named", watch_id)
+            if self.pending.get(watcher) != generation:
+                return False
+        else:
+            watcher = next((w for w, owed in self.pending.items() if owed == generation and not _named(w)), None)
+            if watcher is None:
+                return False
+        del self.pending[watcher]
+        self.notify()
+        return True
+
+
+def _named(watcher: object) -> bool:
+    return isinstance(watcher, tuple)
 
 
 class SidecarLagSource:
@@ -172,14 +219,14 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
     async def on_assignment(self, change: AssignmentChange) -> None:
         """The member's callback: wait (bounded) until every acknowledging watcher applied it."""
         generation = change.current.generation
-        for watcher in self.acks.watchers:
-            self.acks.pending[watcher] = generation
+        self.acks.owe(generation)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.apply_timeout_s
-        while any(self.acks.pending.get(w) == generation for w in self.acks.watchers):
+        while self.acks.owing(generation):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 log.warning("sidecar.apply.timeout", generation=generation)
+                self.acks.give_up(generation)
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.acks.changed.wait(), remaining)
@@ -193,9 +240,10 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
 
     async def WatchAssignment(self, request, context) -> AsyncIterator[spb.WatchAssignmentResponse]:
         queue = self.member.subscribe()
-        watcher = object()
+        named = bool(request.watch_id)
+        watcher: object = ("named", request.watch_id) if named else object()
         if request.acknowledge:
-            self.acks.watchers.add(watcher)
+            self.acks.join(watcher)
         try:
             current = self.member.assignment
             if current.generation >= 0:
@@ -208,19 +256,11 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
                                                   change=change_to_proto(change))
         finally:
             self.member.unsubscribe(queue)
-            self.acks.watchers.discard(watcher)
-            self.acks.pending.pop(watcher, None)
-            self.acks.notify()
+            if request.acknowledge:
+                self.acks.leave(watcher, named)
 
     async def AcknowledgeAssignment(self, request, context):
-        accepted = False
-        for watcher, generation in list(self.acks.pending.items()):
-            if generation == request.generation_id:
-                del self.acks.pending[watcher]
-                accepted = True
-                break
-        self.acks.notify()
-        return spb.AcknowledgeAssignmentResponse(accepted=accepted)
+        return spb.AcknowledgeAssignmentResponse(accepted=self.acks.settle(request.generation_id, request.watch_id))
 
     async def ReportLags(self, request, context):
         try:

@@ -64,7 +64,7 @@ async def test_sidecar_api_from_a_separate_process(leader, tmp_path):
             sidecar = spb_grpc.SidecarServiceStub(channel)
             await sidecar.ReportLags(spb.ReportLagsRequest(task_lags=[
                 apb.TaskLag(task=apb.TaskId(subtopology=0, partition=1), lag=5)]))
-            watch = sidecar.WatchAssignment(spb.WatchAssignmentRequest(acknowledge=True))
+            watch = sidecar.WatchAssignment(spb.WatchAssignmentRequest(acknowledge=True, watch_id="worker-1"))
             first = await asyncio.wait_for(watch.read(), 10)
             assert tasks(first.assignment.active) == {TaskId(0, p) for p in range(4)}  # alone: every active
             # a rebalance that starts while the worker applies is joined once applied: the leader
@@ -73,7 +73,7 @@ async def test_sidecar_api_from_a_separate_process(leader, tmp_path):
             assert member.rebalance_timeout_ms == 60_000
             # if the watcher was there before the assignment, the member waits for this ack
             await sidecar.AcknowledgeAssignment(
-                spb.AcknowledgeAssignmentRequest(generation_id=first.assignment.generation_id))
+                spb.AcknowledgeAssignmentRequest(generation_id=first.assignment.generation_id, watch_id="worker-1"))
             for _ in range(100):
                 got = await sidecar.GetAssignment(spb.GetAssignmentRequest())
                 if got.state == spb.MEMBER_STATE_STABLE:
@@ -89,13 +89,21 @@ async def test_sidecar_api_from_a_separate_process(leader, tmp_path):
             update = await asyncio.wait_for(watch.read(), 10)
             assert update.assignment.generation_id > first.assignment.generation_id
             assert tasks(update.change.revoked_active) and tasks(update.change.revoked_active) <= tasks(first.assignment.active)
+            # its stream drops mid-apply and it reconnects under its name: it still owes the
+            # acknowledgement (an audit's find: the lock was free at once, the ack refused)
+            watch.cancel()
+            watch = sidecar.WatchAssignment(spb.WatchAssignmentRequest(acknowledge=True, watch_id="worker-1"))
+            assert (await asyncio.wait_for(watch.read(), 10)).assignment.generation_id == update.assignment.generation_id
             hold = sidecar.HoldCleanupLock(spb.HoldCleanupLockRequest(holder="test-cleaner"))
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(held := asyncio.ensure_future(hold.read())), 0.5)
             ack = await sidecar.AcknowledgeAssignment(
-                spb.AcknowledgeAssignmentRequest(generation_id=update.assignment.generation_id))
+                spb.AcknowledgeAssignmentRequest(generation_id=update.assignment.generation_id, watch_id="worker-1"))
             assert ack.accepted
             assert (await asyncio.wait_for(held, 5)).held
+            again = await sidecar.AcknowledgeAssignment(
+                spb.AcknowledgeAssignmentRequest(generation_id=update.assignment.generation_id, watch_id="worker-1"))
+            assert not again.accepted  # owed once
             hold.cancel()  # release by closing the call
 
             await other.wait_for_assignment(lambda a: a.generation == update.assignment.generation_id, timeout=10)

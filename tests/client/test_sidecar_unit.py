@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from assignor.cluster import MemberAssignment
 from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
+from client.assignment import EMPTY_ASSIGNMENT, diff
 from client.lags import LagInfo
-from client.sidecar import SidecarLagSource, lag_report_from_proto, parse_member_document
+from client.sidecar import SidecarLagSource, SidecarServicer, lag_report_from_proto, parse_member_document
 from client.state import StateDirectory
 from remote_leader.sidecar.v1 import sidecar_pb2 as spb
 from remote_leader.v1 import assignment_pb2 as apb
@@ -165,3 +169,68 @@ def test_a_good_lag_report_becomes_domain_values():
     assert task_lags == {TaskId(0, 1): Lag.behind(40), TaskId(0, 2): UNKNOWN}
     assert store_lags == {"counts": {1: LagInfo(60, 100)}}
     assert end_offsets == {} and running == {TaskId(0, 3)}
+
+
+# ---- acknowledgements: the lock waits for each acknowledging watcher (docs/sidecar.md) ----------
+
+
+def _servicer(apply_timeout_s: float = 5.0) -> SidecarServicer:
+    return SidecarServicer(None, SidecarLagSource(_COUNTS), apply_timeout_s=apply_timeout_s)  # type: ignore[arg-type]
+
+
+def _assignment(generation: int):
+    return diff(EMPTY_ASSIGNMENT, MemberAssignment(generation, active=(TaskId(0, 0),)))
+
+
+async def _applied(servicer: SidecarServicer, generation: int) -> asyncio.Task:
+    applying = asyncio.create_task(servicer.on_assignment(_assignment(generation)))
+    await asyncio.sleep(0)
+    return applying
+
+
+async def test_each_named_watcher_acknowledges_for_itself():
+    """A helper's audit: a watcher acknowledging twice settled another watcher's acknowledgement
+    too, and the lock was released before that one applied anything."""
+    servicer = _servicer()
+    servicer.acks.join(("named", "a"))
+    servicer.acks.join(("named", "b"))
+    applying = await _applied(servicer, 4)
+    assert servicer.acks.settle(4, "a") is True
+    assert servicer.acks.settle(4, "a") is False  # a owes nothing more
+    await asyncio.sleep(0.05)
+    assert not applying.done()  # still waiting for b
+    assert servicer.acks.settle(4, "b") is True
+    await asyncio.wait_for(applying, 1)
+
+
+async def test_a_named_watcher_that_reconnects_mid_apply_still_owes_its_acknowledgement():
+    """Its stream closed while it applied (a reconnect): the lock was released at once, and its
+    acknowledgement on the new stream was refused."""
+    servicer = _servicer()
+    servicer.acks.join(("named", "a"))
+    applying = await _applied(servicer, 4)
+    servicer.acks.leave(("named", "a"), named=True)
+    await asyncio.sleep(0.05)
+    assert not applying.done()
+    servicer.acks.join(("named", "a"))
+    assert servicer.acks.settle(4, "a") is True
+    await asyncio.wait_for(applying, 1)
+
+
+async def test_an_unnamed_watcher_that_leaves_owes_nothing():
+    servicer = _servicer()
+    watcher = object()
+    servicer.acks.join(watcher)
+    applying = await _applied(servicer, 4)
+    servicer.acks.leave(watcher, named=False)
+    await asyncio.wait_for(applying, 1)
+    assert servicer.acks.settle(4, "") is False
+
+
+async def test_an_acknowledgement_after_the_apply_timeout_is_refused():
+    """Past ``--apply-timeout-ms`` the lock is released; a late acknowledgement of that
+    generation answered accepted=true although nothing awaited it any more."""
+    servicer = _servicer(apply_timeout_s=0.05)
+    servicer.acks.join(object())
+    await asyncio.wait_for(await _applied(servicer, 4), 1)
+    assert servicer.acks.settle(4, "") is False

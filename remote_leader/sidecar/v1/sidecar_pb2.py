@@ -26,15 +26,15 @@ from remote_leader.v1 import assignment_pb2 as remote__leader_dot_v1_dot_assignm
 from remote_leader.v1 import group_leader_pb2 as remote__leader_dot_v1_dot_group__leader__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&remote_leader/sidecar/v1/sidecar.proto\x12\x18remote_leader.sidecar.v1\x1a!remote_leader/v1/assignment.proto\x1a#remote_leader/v1/group_leader.proto\"^\n\tHostTasks\x12(\n\x04host\x18\x01 \x01(\x0b\x32\x1a.remote_leader.v1.HostInfo\x12\'\n\x05tasks\x18\x02 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\"\xec\x02\n\x10MemberAssignment\x12\x15\n\rgeneration_id\x18\x01 \x01(\x05\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12(\n\x06\x61\x63tive\x18\x03 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12)\n\x07standby\x18\x04 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12(\n\x06warmup\x18\x05 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12\x1e\n\x11next_rebalance_ms\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12;\n\x0e\x61\x63tive_by_host\x18\x07 \x03(\x0b\x32#.remote_leader.sidecar.v1.HostTasks\x12<\n\x0fstandby_by_host\x18\x08 \x03(\x0b\x32#.remote_leader.sidecar.v1.HostTasksB\x14\n\x12_next_rebalance_ms\"\x8a\x02\n\x10\x41ssignmentChange\x12\x30\n\x0erevoked_active\x18\x01 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12\x31\n\x0f\x61ssigned_active\x18\x02 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12\x31\n\x0frevoked_standby\x18\x03 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12\x32\n\x10\x61ssigned_standby\x18\x04 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12*\n\x08released\x18\x05 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\"\x16\n\x14GetAssignmentRequest\"\xa5\x01\n\x15GetAssignmentResponse\x12\x34\n\x05state\x18\x01 \x01(\x0e\x32%.remote_leader.sidecar.v1.MemberState\x12\x16\n\x0ehas_assignment\x18\x02 \x01(\x08\x12>\n\nassignment\x18\x03 \x01(\x0b\x32*.remote_leader.sidecar.v1.MemberAssignment\"-\n\x16WatchAssignmentRequest\x12\x13\n\x0b\x61\x63knowledge\x18\x01 \x01(\x08\"\x95\x01\n\x17WatchAssignmentResponse\x12>\n\nassignment\x18\x01 \x01(\x0b\x32*.remote_leader.sidecar.v1.MemberAssignment\x12:\n\x06\x63hange\x18\x02 \x01(\x0b\x32*.remote_leader.sidecar.v1.AssignmentChange\"5\n\x1c\x41\x63knowledgeAssignmentRequest\x12\x15\n\rgeneration_id\x18\x01 \x01(\x05\"1\n\x1d\x41\x63knowledgeAssignmentResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"s\n\x11StorePartitionLag\x12\r\n\x05store\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x1f\n\x17\x63urrent_offset_position\x18\x03 \x01(\x03\x12\x1b\n\x13\x65nd_offset_position\x18\x04 \x01(\x03\"J\n\x12\x43hangelogEndOffset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nend_offset\x18\x03 \x01(\x03\"\x82\x02\n\x11ReportLagsRequest\x12,\n\ttask_lags\x18\x01 \x03(\x0b\x32\x19.remote_leader.v1.TaskLag\x12?\n\nstore_lags\x18\x02 \x03(\x0b\x32+.remote_leader.sidecar.v1.StorePartitionLag\x12K\n\x15\x63hangelog_end_offsets\x18\x03 \x03(\x0b\x32,.remote_leader.sidecar.v1.ChangelogEndOffset\x12\x31\n\x0frunning_actives\x18\x04 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\"\x14\n\x12ReportLagsResponse\"(\n\x16HoldCleanupLockRequest\x12\x0e\n\x06holder\x18\x01 \x01(\t\"\'\n\x17HoldCleanupLockResponse\x12\x0c\n\x04held\x18\x01 \x01(\x08\"S\n\x14QueryMetadataRequest\x12\r\n\x05store\x18\x01 \x01(\t\x12\r\n\x03key\x18\x02 \x01(\x0cH\x00\x12\x13\n\tpartition\x18\x03 \x01(\x05H\x00\x42\x08\n\x06target\"\xb6\x01\n\x15QueryMetadataResponse\x12/\n\x0b\x61\x63tive_host\x18\x01 \x01(\x0b\x32\x1a.remote_leader.v1.HostInfo\x12\x31\n\rstandby_hosts\x18\x02 \x03(\x0b\x32\x1a.remote_leader.v1.HostInfo\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12&\n\x04task\x18\x04 \x01(\x0b\x32\x18.remote_leader.v1.TaskId\"r\n\x11RouteQueryRequest\x12\r\n\x05store\x18\x01 \x01(\t\x12\r\n\x03key\x18\x02 \x01(\x0cH\x00\x12\x13\n\tpartition\x18\x03 \x01(\x05H\x00\x12\x14\n\x07max_lag\x18\x04 \x01(\x03H\x01\x88\x01\x01\x42\x08\n\x06targetB\n\n\x08_max_lag\"{\n\x12RouteQueryResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12&\n\x04task\x18\x02 \x01(\x0b\x32\x18.remote_leader.v1.TaskId\x12*\n\x05hosts\x18\x03 \x03(\x0b\x32\x1b.remote_leader.v1.QueryHost*w\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14MEMBER_STATE_JOINING\x10\x01\x12\x17\n\x13MEMBER_STATE_STABLE\x10\x02\x12\x17\n\x13MEMBER_STATE_CLOSED\x10\x03\x32\xc5\x06\n\x0eSidecarService\x12p\n\rGetAssignment\x12..remote_leader.sidecar.v1.GetAssignmentRequest\x1a/.remote_leader.sidecar.v1.GetAssignmentResponse\x12x\n\x0fWatchAssignment\x12\x30.remote_leader.sidecar.v1.WatchAssignmentRequest\x1a\x31.remote_leader.sidecar.v1.WatchAssignmentResponse0\x01\x12\x88\x01\n\x15\x41\x63knowledgeAssignment\x12\x36.remote_leader.sidecar.v1.AcknowledgeAssignmentRequest\x1a\x37.remote_leader.sidecar.v1.AcknowledgeAssignmentResponse\x12g\n\nReportLags\x12+.remote_leader.sidecar.v1.ReportLagsRequest\x1a,.remote_leader.sidecar.v1.ReportLagsResponse\x12x\n\x0fHoldCleanupLock\x12\x30.remote_leader.sidecar.v1.HoldCleanupLockRequest\x1a\x31.remote_leader.sidecar.v1.HoldCleanupLockResponse0\x01\x12p\n\rQueryMetadata\x12..remote_leader.sidecar.v1.QueryMetadataRequest\x1a/.remote_leader.sidecar.v1.QueryMetadataResponse\x12g\n\nRouteQuery\x12+.remote_leader.sidecar.v1.RouteQueryRequest\x1a,.remote_leader.sidecar.v1.RouteQueryResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&remote_leader/sidecar/v1/sidecar.proto\x12\x18remote_leader.sidecar.v1\x1a!remote_leader/v1/assignment.proto\x1a#remote_leader/v1/group_leader.proto\"^\n\tHostTasks\x12(\n\x04host\x18\x01 \x01(\x0b\x32\x1a.remote_leader.v1.HostInfo\x12\'\n\x05tasks\x18\x02 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\"\xec\x02\n\x10MemberAssignment\x12\x15\n\rgeneration_id\x18\x01 \x01(\x05\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12(\n\x06\x61\x63tive\x18\x03 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12)\n\x07standby\x18\x04 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12(\n\x06warmup\x18\x05 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12\x1e\n\x11next_rebalance_ms\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12;\n\x0e\x61\x63tive_by_host\x18\x07 \x03(\x0b\x32#.remote_leader.sidecar.v1.HostTasks\x12<\n\x0fstandby_by_host\x18\x08 \x03(\x0b\x32#.remote_leader.sidecar.v1.HostTasksB\x14\n\x12_next_rebalance_ms\"\x8a\x02\n\x10\x41ssignmentChange\x12\x30\n\x0erevoked_active\x18\x01 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12\x31\n\x0f\x61ssigned_active\x18\x02 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12\x31\n\x0frevoked_standby\x18\x03 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12\x32\n\x10\x61ssigned_standby\x18\x04 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\x12*\n\x08released\x18\x05 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\"\x16\n\x14GetAssignmentRequest\"\xa5\x01\n\x15GetAssignmentResponse\x12\x34\n\x05state\x18\x01 \x01(\x0e\x32%.remote_leader.sidecar.v1.MemberState\x12\x16\n\x0ehas_assignment\x18\x02 \x01(\x08\x12>\n\nassignment\x18\x03 \x01(\x0b\x32*.remote_leader.sidecar.v1.MemberAssignment\"?\n\x16WatchAssignmentRequest\x12\x13\n\x0b\x61\x63knowledge\x18\x01 \x01(\x08\x12\x10\n\x08watch_id\x18\x02 \x01(\t\"\x95\x01\n\x17WatchAssignmentResponse\x12>\n\nassignment\x18\x01 \x01(\x0b\x32*.remote_leader.sidecar.v1.MemberAssignment\x12:\n\x06\x63hange\x18\x02 \x01(\x0b\x32*.remote_leader.sidecar.v1.AssignmentChange\"G\n\x1c\x41\x63knowledgeAssignmentRequest\x12\x15\n\rgeneration_id\x18\x01 \x01(\x05\x12\x10\n\x08watch_id\x18\x02 \x01(\t\"1\n\x1d\x41\x63knowledgeAssignmentResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"s\n\x11StorePartitionLag\x12\r\n\x05store\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x1f\n\x17\x63urrent_offset_position\x18\x03 \x01(\x03\x12\x1b\n\x13\x65nd_offset_position\x18\x04 \x01(\x03\"J\n\x12\x43hangelogEndOffset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nend_offset\x18\x03 \x01(\x03\"\x82\x02\n\x11ReportLagsRequest\x12,\n\ttask_lags\x18\x01 \x03(\x0b\x32\x19.remote_leader.v1.TaskLag\x12?\n\nstore_lags\x18\x02 \x03(\x0b\x32+.remote_leader.sidecar.v1.StorePartitionLag\x12K\n\x15\x63hangelog_end_offsets\x18\x03 \x03(\x0b\x32,.remote_leader.sidecar.v1.ChangelogEndOffset\x12\x31\n\x0frunning_actives\x18\x04 \x03(\x0b\x32\x18.remote_leader.v1.TaskId\"\x14\n\x12ReportLagsResponse\"(\n\x16HoldCleanupLockRequest\x12\x0e\n\x06holder\x18\x01 \x01(\t\"\'\n\x17HoldCleanupLockResponse\x12\x0c\n\x04held\x18\x01 \x01(\x08\"S\n\x14QueryMetadataRequest\x12\r\n\x05store\x18\x01 \x01(\t\x12\r\n\x03key\x18\x02 \x01(\x0cH\x00\x12\x13\n\tpartition\x18\x03 \x01(\x05H\x00\x42\x08\n\x06target\"\xb6\x01\n\x15QueryMetadataResponse\x12/\n\x0b\x61\x63tive_host\x18\x01 \x01(\x0b\x32\x1a.remote_leader.v1.HostInfo\x12\x31\n\rstandby_hosts\x18\x02 \x03(\x0b\x32\x1a.remote_leader.v1.HostInfo\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12&\n\x04task\x18\x04 \x01(\x0b\x32\x18.remote_leader.v1.TaskId\"r\n\x11RouteQueryRequest\x12\r\n\x05store\x18\x01 \x01(\t\x12\r\n\x03key\x18\x02 \x01(\x0cH\x00\x12\x13\n\tpartition\x18\x03 \x01(\x05H\x00\x12\x14\n\x07max_lag\x18\x04 \x01(\x03H\x01\x88\x01\x01\x42\x08\n\x06targetB\n\n\x08_max_lag\"{\n\x12RouteQueryResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12&\n\x04task\x18\x02 \x01(\x0b\x32\x18.remote_leader.v1.TaskId\x12*\n\x05hosts\x18\x03 \x03(\x0b\x32\x1b.remote_leader.v1.QueryHost*w\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14MEMBER_STATE_JOINING\x10\x01\x12\x17\n\x13MEMBER_STATE_STABLE\x10\x02\x12\x17\n\x13MEMBER_STATE_CLOSED\x10\x03\x32\xc5\x06\n\x0eSidecarService\x12p\n\rGetAssignment\x12..remote_leader.sidecar.v1.GetAssignmentRequest\x1a/.remote_leader.sidecar.v1.GetAssignmentResponse\x12x\n\x0fWatchAssignment\x12\x30.remote_leader.sidecar.v1.WatchAssignmentRequest\x1a\x31.remote_leader.sidecar.v1.WatchAssignmentResponse0\x01\x12\x88\x01\n\x15\x41\x63knowledgeAssignment\x12\x36.remote_leader.sidecar.v1.AcknowledgeAssignmentRequest\x1a\x37.remote_leader.sidecar.v1.AcknowledgeAssignmentResponse\x12g\n\nReportLags\x12+.remote_leader.sidecar.v1.ReportLagsRequest\x1a,.remote_leader.sidecar.v1.ReportLagsResponse\x12x\n\x0fHoldCleanupLock\x12\x30.remote_leader.sidecar.v1.HoldCleanupLockRequest\x1a\x31.remote_leader.sidecar.v1.HoldCleanupLockResponse0\x01\x12p\n\rQueryMetadata\x12..remote_leader.sidecar.v1.QueryMetadataRequest\x1a/.remote_leader.sidecar.v1.QueryMetadataResponse\x12g\n\nRouteQuery\x12+.remote_leader.sidecar.v1.RouteQueryRequest\x1a,.remote_leader.sidecar.v1.RouteQueryResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'remote_leader.sidecar.v1.sidecar_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MEMBERSTATE']._serialized_start=2439
-  _globals['_MEMBERSTATE']._serialized_end=2558
+  _globals['_MEMBERSTATE']._serialized_start=2475
+  _globals['_MEMBERSTATE']._serialized_end=2594
   _globals['_HOSTTASKS']._serialized_start=140
   _globals['_HOSTTASKS']._serialized_end=234
   _globals['_MEMBERASSIGNMENT']._serialized_start=237
@@ -46,33 +46,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETASSIGNMENTRESPONSE']._serialized_start=897
   _globals['_GETASSIGNMENTRESPONSE']._serialized_end=1062
   _globals['_WATCHASSIGNMENTREQUEST']._serialized_start=1064
-  _globals['_WATCHASSIGNMENTREQUEST']._serialized_end=1109
-  _globals['_WATCHASSIGNMENTRESPONSE']._serialized_start=1112
-  _globals['_WATCHASSIGNMENTRESPONSE']._serialized_end=1261
-  _globals['_ACKNOWLEDGEASSIGNMENTREQUEST']._serialized_start=1263
-  _globals['_ACKNOWLEDGEASSIGNMENTREQUEST']._serialized_end=1316
-  _globals['_ACKNOWLEDGEASSIGNMENTRESPONSE']._serialized_start=1318
-  _globals['_ACKNOWLEDGEASSIGNMENTRESPONSE']._serialized_end=1367
-  _globals['_STOREPARTITIONLAG']._serialized_start=1369
-  _globals['_STOREPARTITIONLAG']._serialized_end=1484
-  _globals['_CHANGELOGENDOFFSET']._serialized_start=1486
-  _globals['_CHANGELOGENDOFFSET']._serialized_end=1560
-  _globals['_REPORTLAGSREQUEST']._serialized_start=1563
-  _globals['_REPORTLAGSREQUEST']._serialized_end=1821
-  _globals['_REPORTLAGSRESPONSE']._serialized_start=1823
-  _globals['_REPORTLAGSRESPONSE']._serialized_end=1843
-  _globals['_HOLDCLEANUPLOCKREQUEST']._serialized_start=1845
-  _globals['_HOLDCLEANUPLOCKREQUEST']._serialized_end=1885
-  _globals['_HOLDCLEANUPLOCKRESPONSE']._serialized_start=1887
-  _globals['_HOLDCLEANUPLOCKRESPONSE']._serialized_end=1926
-  _globals['_QUERYMETADATAREQUEST']._serialized_start=1928
-  _globals['_QUERYMETADATAREQUEST']._serialized_end=2011
-  _globals['_QUERYMETADATARESPONSE']._serialized_start=2014
-  _globals['_QUERYMETADATARESPONSE']._serialized_end=2196
-  _globals['_ROUTEQUERYREQUEST']._serialized_start=2198
-  _globals['_ROUTEQUERYREQUEST']._serialized_end=2312
-  _globals['_ROUTEQUERYRESPONSE']._serialized_start=2314
-  _globals['_ROUTEQUERYRESPONSE']._serialized_end=2437
-  _globals['_SIDECARSERVICE']._serialized_start=2561
-  _globals['_SIDECARSERVICE']._serialized_end=3398
+  _globals['_WATCHASSIGNMENTREQUEST']._serialized_end=1127
+  _globals['_WATCHASSIGNMENTRESPONSE']._serialized_start=1130
+  _globals['_WATCHASSIGNMENTRESPONSE']._serialized_end=1279
+  _globals['_ACKNOWLEDGEASSIGNMENTREQUEST']._serialized_start=1281
+  _globals['_ACKNOWLEDGEASSIGNMENTREQUEST']._serialized_end=1352
+  _globals['_ACKNOWLEDGEASSIGNMENTRESPONSE']._serialized_start=1354
+  _globals['_ACKNOWLEDGEASSIGNMENTRESPONSE']._serialized_end=1403
+  _globals['_STOREPARTITIONLAG']._serialized_start=1405
+  _globals['_STOREPARTITIONLAG']._serialized_end=1520
+  _globals['_CHANGELOGENDOFFSET']._serialized_start=1522
+  _globals['_CHANGELOGENDOFFSET']._serialized_end=1596
+  _globals['_REPORTLAGSREQUEST']._serialized_start=1599
+  _globals['_REPORTLAGSREQUEST']._serialized_end=1857
+  _globals['_REPORTLAGSRESPONSE']._serialized_start=1859
+  _globals['_REPORTLAGSRESPONSE']._serialized_end=1879
+  _globals['_HOLDCLEANUPLOCKREQUEST']._serialized_start=1881
+  _globals['_HOLDCLEANUPLOCKREQUEST']._serialized_end=1921
+  _globals['_HOLDCLEANUPLOCKRESPONSE']._serialized_start=1923
+  _globals['_HOLDCLEANUPLOCKRESPONSE']._serialized_end=1962
+  _globals['_QUERYMETADATAREQUEST']._serialized_start=1964
+  _globals['_QUERYMETADATAREQUEST']._serialized_end=2047
+  _globals['_QUERYMETADATARESPONSE']._serialized_start=2050
+  _globals['_QUERYMETADATARESPONSE']._serialized_end=2232
+  _globals['_ROUTEQUERYREQUEST']._serialized_start=2234
+  _globals['_ROUTEQUERYREQUEST']._serialized_end=2348
+  _globals['_ROUTEQUERYRESPONSE']._serialized_start=2350
+  _globals['_ROUTEQUERYRESPONSE']._serialized_end=2473
+  _globals['_SIDECARSERVICE']._serialized_start=2597
+  _globals['_SIDECARSERVICE']._serialized_end=3434
 # @@protoc_insertion_point(module_scope)

@@ -216,18 +216,26 @@ class WatchAssignmentRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ACKNOWLEDGE_FIELD_NUMBER: _builtins.int
+    WATCH_ID_FIELD_NUMBER: _builtins.int
     acknowledge: _builtins.bool
     """If true, the sidecar keeps the state-cleanup lock after delivering an assignment until this
     watcher calls AcknowledgeAssignment for its generation (or the sidecar's apply timeout).
+    """
+    watch_id: _builtins.str
+    """Optional: the acknowledging watcher's name, chosen by the worker (one per watcher). A named
+    watcher's pending acknowledgement outlives its stream (a watcher that reconnects with the
+    same name acknowledges the assignment it was applying), and only an acknowledgement with
+    its name settles it.
     """
     def __init__(
         self,
         *,
         acknowledge: _builtins.bool = ...,
+        watch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge", b"acknowledge"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge", b"acknowledge", "watch_id", b"watch_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -262,15 +270,19 @@ class AcknowledgeAssignmentRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GENERATION_ID_FIELD_NUMBER: _builtins.int
+    WATCH_ID_FIELD_NUMBER: _builtins.int
     generation_id: _builtins.int
+    watch_id: _builtins.str
+    """The watch_id of the watcher acknowledging; empty: one unnamed watcher awaiting that generation."""
     def __init__(
         self,
         *,
         generation_id: _builtins.int = ...,
+        watch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "watch_id", b"watch_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -282,7 +294,9 @@ class AcknowledgeAssignmentResponse(_message.Message):
 
     ACCEPTED_FIELD_NUMBER: _builtins.int
     accepted: _builtins.bool
-    """False when the generation is not the one awaiting acknowledgement (stale or unknown)."""
+    """False when the generation is not one this watcher still owes (stale, unknown, acknowledged
+    already, or past the apply timeout).
+    """
     def __init__(
         self,
         *,
