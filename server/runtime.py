@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import structlog
@@ -140,6 +140,7 @@ class Coordinator:
         self._member_locks = _KeyedLocks()
         self._calls: dict[int, asyncio.Future] = {}
         self._call_ids = itertools.count(1)
+        self._finishing: set[asyncio.Task] = set()  # ``_finish`` and the assignor runs it starts
         self.draining = False
         self.loaded = False
         #: Several replicas over PostgreSQL: which groups this one owns (server.ownership).
@@ -221,6 +222,8 @@ class Coordinator:
             if not future.done():
                 future.cancel()
         self._calls.clear()
+        for task in list(self._finishing):
+            task.cancel()
 
     # ---- the group RPCs ----------------------------------------------------------------------
 
@@ -310,16 +313,7 @@ class Coordinator:
             finally:
                 if member_id:
                     self._member_locks._exit(member_key)
-            if writes:
-                try:
-                    await asyncio.gather(*writes)
-                except NotCoordinator as error:  # fenced, or not durable: answer nothing of it
-                    if self.ownership is not None:
-                        await self.ownership.lost(group_id, fenced=not isinstance(error, StoreUnavailable))
-                    raise
-            self._deliver(replies)
-            for compute in computes:
-                await self._compute(compute)
+            await asyncio.shield(self._spawn(self._finish(group_id, writes, replies, computes)))
             if outcome.response is not None or future is None:
                 return outcome.response
             return await future
@@ -357,6 +351,37 @@ class Coordinator:
                 case _:
                     raise TypeError(f"unknown effect {effect!r}")
         return writes, replies, computes
+
+    async def _finish(self, group_id: str, writes: list[asyncio.Future], replies: list[Reply],
+                      computes: list[ComputeAssignment]) -> None:
+        """What a handler's effects set going once the locks are released: the writes, then the
+        replies that wait for them, then the assignor runs. A task of its own, which the call
+        that caused them does not take down when it goes away (its client's deadline, a worker
+        killed): other members' parked joins were never answered (a helper's audit: the run of
+        the assignor was cancelled with the JoinGroup that had released the barrier, and the
+        group stayed in CompletingRebalance, no timer armed to end it)."""
+        if writes:
+            try:
+                await asyncio.gather(*writes)
+            except NotCoordinator as error:  # fenced, or not durable: answer nothing of it
+                if self.ownership is not None:
+                    await self.ownership.lost(group_id, fenced=not isinstance(error, StoreUnavailable))
+                raise
+        self._deliver(replies)
+        for compute in computes:
+            self._spawn(self._compute(compute))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task:
+        task = asyncio.ensure_future(work)
+        self._finishing.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._finishing.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), Exception) \
+                and not isinstance(task.exception(), NotCoordinator):
+            log.error("group.effects.failed", error=repr(task.exception()))
 
     async def _compute(self, effect: ComputeAssignment) -> None:
         """Build the problem in a worker thread (a large group's tasks take about a second) and

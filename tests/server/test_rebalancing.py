@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 
+import grpc
+import pytest
+
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
 from tests.server.harness import LATEST, Worker, rebalance, run_for, settle
@@ -148,3 +151,34 @@ async def test_rebalance_log_records_input_output_and_trigger(leader):
     assert record["input"]["version"] == 1 and len(record["input"]["tasks"]) == 3
     assert sorted(record["output"]["clients"]) == sorted([a.process_id, b.process_id])
     assert "reasons" in record["output"]
+
+
+async def test_the_member_whose_join_released_the_barrier_may_go_away_while_the_assignor_runs(leader):
+    """A helper's audit: the assignor ran inside the JoinGroup call that completed the barrier,
+    so that call's deadline (or its worker killed) cancelled the run: the other members' joins
+    were never answered and the group stayed in CompletingRebalance, no timer armed to end it."""
+    a, b = Worker(leader.stub), Worker(leader.stub)
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    solve = leader.server.coordinator.assign
+    started = asyncio.Event()
+
+    async def slow(problem):
+        started.set()
+        await asyncio.sleep(0.5)
+        return await solve(problem)
+
+    leader.server.coordinator.assign = slow
+    try:
+        c = Worker(leader.stub)
+        parked = [asyncio.create_task(w.join()) for w in (c, a)]
+        await settle()
+        last = asyncio.ensure_future(b.stub.JoinGroup(b.join_request(), timeout=0.15))  # completes the barrier
+        await asyncio.wait_for(started.wait(), 5)
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            await last
+        assert gone.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        answers = await asyncio.wait_for(asyncio.gather(*parked), 5)
+        assert [answer.error_code for answer in answers] == [epb.ERROR_CODE_NONE] * 2
+        assert (await c.sync()).error_code == epb.ERROR_CODE_NONE
+    finally:
+        leader.server.coordinator.assign = solve
