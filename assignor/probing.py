@@ -34,6 +34,7 @@ class Trigger(enum.StrEnum):
     TOPOLOGY_CHANGED = "topology_changed"
     CONFIG_CHANGED = "config_changed"
     MEMBER_REJOINED = "member_rejoined"
+    RESTORED_MID_SYNC = "restored_mid_sync"
 
     @property
     def membership(self) -> bool:

@@ -276,6 +276,7 @@ class Group:
             next_probe_reason=self.next_probe_reason,
             members=tuple(m.snapshot() for m in sorted(self.members.values(), key=lambda m: m.member_id)),
             creator=self.creator,
+            unsynced=tuple(sorted(self.unsynced)),
         )
 
     def _persist(self) -> Persist:
@@ -283,11 +284,13 @@ class Group:
 
     @classmethod
     def from_snapshot(cls, snapshot: GroupSnapshot, settings: GroupSettings) -> Group:
-        """Rebuild a group from its durable state. A group caught mid-sync comes back Stable (its
-        assignment is fixed; members that had not synced still can); one caught preparing a
-        rebalance comes back preparing it, with no parked calls (``restored`` arms its timers)."""
+        """Rebuild a group from its durable state. One caught preparing a rebalance comes back
+        preparing it, with no parked calls; one caught mid-sync comes back CompletingRebalance,
+        which ``restored`` turns into a rebalance (it arms the timers). A snapshot of a server
+        that did not store who had synced (``unsynced`` None) never recorded Stable either: it
+        comes back Stable (its assignment is fixed; members that had not synced still can)."""
         state = GroupState(snapshot.state)
-        if state is GroupState.COMPLETING_REBALANCE:
+        if state is GroupState.COMPLETING_REBALANCE and snapshot.unsynced is None:
             state = GroupState.STABLE
         if state is GroupState.DEAD:
             state = GroupState.EMPTY
@@ -315,6 +318,7 @@ class Group:
             group.members[member.member_id] = member
             if member.group_instance_id:
                 group.instances[member.group_instance_id] = member.member_id
+        group.unsynced = set(snapshot.unsynced or ()) & set(group.members)
         group._rebuild_cluster()
         return group
 
@@ -795,12 +799,16 @@ class Group:
             return Outcome(SyncGroupResponse(ErrorCode.ILLEGAL_GENERATION, f"generation {request.generation_id} is not the group's {self.generation}"))
         effects = self._touch_session(member, now_ms)
         member.synced = True
+        owed = member.member_id in self.unsynced
         self.unsynced.discard(member.member_id)
         if self.state is GroupState.COMPLETING_REBALANCE and not self.unsynced:
             self._transition(GroupState.STABLE)
             effects.append(CancelTimer(self._key(TimerKind.JOIN)))
             effects.append(Event("group.stable", {"generation": self.generation}))
             effects += self._early_probe(now_ms)
+        if owed and not self.unsynced:
+            # written: a restart then knows the syncs are all in (once per rebalance)
+            effects.append(self._persist())
         return Outcome(SyncGroupResponse(ErrorCode.NONE, "", self.member_assignment(member)), effects)
 
     def member_assignment(self, member: Member) -> MemberAssignment:
@@ -926,6 +934,16 @@ class Group:
             effects.append(ScheduleTimer(self._key(TimerKind.SESSION, member.member_id), member.session_deadline_ms))
         if self.next_probe_ms is not None:
             effects.append(ScheduleTimer(self._key(TimerKind.PROBE), self.next_probe_ms))
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            # Caught mid-sync (Stable is written when the last member syncs). Which members had
+            # synced is not durable: waiting for them all would drop those that had and now
+            # only heartbeat, waiting for none kept a member that never synced on its tasks, run
+            # by nobody, for good (a helper's audit, over a failover). Everyone rejoins instead.
+            effects += self._prepare_rebalance(Trigger.RESTORED_MID_SYNC, now_ms)
+            effects.append(self._persist())
+        elif self.unsynced:  # Stable: static replacements owe their sync (``_drop_unsynced``)
+            self.join_deadline_ms = now_ms + self._longest_rebalance_timeout()
+            effects.append(ScheduleTimer(self._key(TimerKind.JOIN), self.join_deadline_ms))
         if self.state is GroupState.PREPARING_REBALANCE:
             self.join_deadline_ms = now_ms + self._longest_rebalance_timeout()
             self.join_ready_ms = now_ms

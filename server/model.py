@@ -208,6 +208,9 @@ class GroupSnapshot:
     members: tuple[MemberSnapshot, ...]
     #: The principal whose join created the group: it counts against their --max-groups-per-principal
     creator: str = ""
+    #: Members whose join was answered and who have not synced (``Group.unsynced``), sorted; None
+    #: in the snapshots of servers that did not store it
+    unsynced: tuple[str, ...] | None = None
 
 
 # ---- read-only views ---------------------------------------------------------------------------

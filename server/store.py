@@ -106,6 +106,7 @@ def snapshot_document(snapshot: GroupSnapshot) -> dict[str, Any]:
         "next_probe_ms": snapshot.next_probe_ms,
         "next_probe_reason": snapshot.next_probe_reason,
         "creator": snapshot.creator,
+        "unsynced": list(snapshot.unsynced) if snapshot.unsynced is not None else None,
         "members": [
             {
                 "member_id": m.member_id,
@@ -189,6 +190,8 @@ def snapshot_from_document(document: dict[str, Any]) -> GroupSnapshot:
         next_probe_reason=document["next_probe_reason"],
         members=tuple(members),
         creator=document.get("creator", ""),  # absent in snapshots of servers before the quota
+        # absent in snapshots of servers that did not store it (their Stable was never written)
+        unsynced=tuple(document["unsynced"]) if document.get("unsynced") is not None else None,
     )
 
 

@@ -221,6 +221,76 @@ async def test_restart_mid_rebalance_lets_members_rejoin(tmp_path):
         assert sorted(a.active()) == ["0_0", "0_1", "0_2"]
 
 
+async def test_a_restart_mid_sync_rebalances(tmp_path):
+    """A helper's audit over a failover: b's join was answered, a synced, then the server went
+    down before b synced. The group came back Stable (who had synced is not durable) and b,
+    heartbeating but never syncing, kept its tasks, run by nobody, past its rebalance timeout
+    for good. Restored mid-sync, the group rebalances: everyone rejoins."""
+    state = tmp_path / "state"
+    clock = FakeClock()
+    async with running_server(state, clock=clock) as first:
+        a, b = first.worker(port=7001), first.worker(port=7002)
+        joins = [asyncio.create_task(w.join()) for w in (a, b)]
+        await settle()
+        await clock.advance(INITIAL_DELAY_MS)
+        assert {r.error_code for r in await asyncio.gather(*joins)} == {epb.ERROR_CODE_NONE}
+        assert (await a.sync()).error_code == epb.ERROR_CODE_NONE
+    async with running_server(state, clock=clock) as second:
+        for w in (a, b):
+            w.stub = second.stub
+            assert (await w.heartbeat()).error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS
+        await rebalance(clock, [a, b])
+        assert sorted(a.active() + b.active()) == ["0_0", "0_1", "0_2"]
+        described = (await second.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
+        assert described.state == pb.GROUP_STATE_STABLE and described.last_rebalance_trigger == "restored_mid_sync"
+    async with running_server(state, clock=clock) as third:  # every sync in: Stable was written
+        for w in (a, b):
+            w.stub = third.stub
+            assert (await w.heartbeat()).error_code == epb.ERROR_CODE_NONE
+
+
+async def test_a_snapshot_of_an_older_server_mid_sync_comes_back_stable(tmp_path):
+    """Servers before the syncs were stored never wrote Stable: their CompletingRebalance is any
+    settled group, which an upgrade must not rebalance."""
+    state = tmp_path / "state"
+    clock = FakeClock()
+    async with running_server(state, clock=clock) as first:
+        a, b = first.worker(), first.worker()
+        await rebalance(clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    with sqlite3.connect(state / "state.db") as db:
+        (document,) = db.execute("SELECT snapshot FROM groups WHERE group_id = 'app'").fetchone()
+        stored = json.loads(document)
+        assert stored["state"] == "Stable" and stored["unsynced"] == []
+        stored["state"] = "CompletingRebalance"
+        del stored["unsynced"]
+        db.execute("UPDATE groups SET snapshot = ? WHERE group_id = 'app'", (json.dumps(stored),))
+    async with running_server(state, clock=clock) as second:
+        for w in (a, b):
+            w.stub = second.stub
+            assert (await w.heartbeat()).error_code == epb.ERROR_CODE_NONE
+
+
+async def test_a_static_replacement_owes_its_sync_across_a_restart(tmp_path):
+    """The same audit: a static member restarting in a Stable group is answered at once and must
+    sync within its rebalance timeout (test_membership); over a restart that deadline was lost
+    and it kept its predecessor's tasks, never syncing, for good."""
+    state = tmp_path / "state"
+    clock = FakeClock()
+    async with running_server(state, clock=clock) as first:
+        a = first.worker(instance_id="worker-a", port=7001)
+        b = first.worker(instance_id="worker-b", port=7002)
+        await rebalance(clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+        restarted = first.worker(instance_id="worker-a", port=7001, process_id=a.process_id)
+        assert (await restarted.join()).error_code == epb.ERROR_CODE_NONE
+    async with running_server(state, clock=clock) as second:
+        restarted.stub = b.stub = second.stub
+        answers = []
+        for _ in range(3):  # 1.5 rebalance timeouts from the restart, both heartbeating
+            await clock.advance(5_000)
+            answers += [(await restarted.heartbeat()).error_code, (await b.heartbeat()).error_code]
+        assert answers[-2:] == [epb.ERROR_CODE_UNKNOWN_MEMBER_ID, epb.ERROR_CODE_REBALANCE_IN_PROGRESS]
+
+
 async def test_drain_answers_parked_joins_and_refuses_new_calls(tmp_path):
     async with running_server(tmp_path / "state") as running:
         a = running.worker()
