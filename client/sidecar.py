@@ -321,7 +321,7 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"leader: {error.code().name} {error.details()}")
         return spb.RouteQueryResponse(
             partition=result.partition, task=codec.task_to_proto(result.task),
-            hosts=[pb.QueryHost(host=codec.host_to_proto(h.host), process_id=h.process_id,
+            hosts=[pb.QueryHost(host=codec.host_to_proto(h.host) if h.host is not None else None, process_id=h.process_id,
                                 role={"active": 1, "standby": 2, "warmup": 3}[h.role.value],
                                 lag=h.lag, lag_age_ms=h.lag_age_ms) for h in result.hosts])
 

@@ -1014,7 +1014,9 @@ class Group:
     def route(self, store: str, partition: int, max_lag: int | None, now_ms: int) -> RouteAnswer:
         """KIP-535 "Proposed Changes", step 4: the active if alive, else the most in-sync standbys
         within the caller's acceptable lag. The lag of a store partition is its task's lag (summed
-        over the task's logged stores, an upper bound for each)."""
+        over the task's logged stores, an upper bound for each). A member without an endpoint
+        serves no queries: its replica is not offered (an active without one leaves the answer
+        to the standbys)."""
         sub = self.topology.store_subtopology(store) if self.topology else None
         if sub is None:
             return RouteAnswer(ErrorCode.UNKNOWN_STATE_STORE, f"store {store!r} is not in group {self.group_id!r}'s topology")
@@ -1025,7 +1027,7 @@ class Group:
         hosts: list[QueryHost] = []
         for pid, assignment in sorted(self.result.clients.items()):
             member = by_pid.get(pid)
-            if member is None:
+            if member is None or member.endpoint is None:
                 continue
             lag = member.lags.get(task, UNKNOWN)
             age = max(0, now_ms - member.lags_updated_ms)

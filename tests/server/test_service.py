@@ -373,6 +373,19 @@ async def test_route_query_prefers_the_live_active_then_caught_up_standbys(leade
     assert missing.error_code == epb.ERROR_CODE_GROUP_ID_NOT_FOUND
 
 
+async def test_route_query_skips_a_member_without_an_endpoint(leader):
+    """A helper's audit: an active whose member gave no endpoint was answered as the host, with
+    no host to query, and no standby offered. Such a member serves no queries (KIP-535)."""
+    config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
+    ids = [str(uuid.UUID(int=i)) for i in (1, 2)]
+    silent = leader.worker(process_id=ids[0], config=config, task_lags={"0_0": LATEST, "0_1": 0, "0_2": LATEST})
+    serving = leader.worker(process_id=ids[1], port=7002, config=config, task_lags={"0_1": LATEST, "0_0": 20, "0_2": 10})
+    await rebalance(leader.clock, [silent, serving], advance_ms=INITIAL_DELAY_MS)
+    assert "0_0" in silent.active() and "0_0" in serving.standby()
+    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=0))
+    assert [(h.host.port, h.role, h.lag) for h in route.hosts] == [(7002, apb.ROLE_STANDBY, 20)]
+
+
 async def test_health_and_reflection(leader):
     health = health_pb2_grpc.HealthStub(leader.channel)
     for service in ("", "remote_leader.v1.GroupLeader"):
