@@ -258,6 +258,16 @@ class _Standbys:
         self._file_room(client)
         self._file_room(there)
 
+    def move_refilled(self, task: int, client: int, there: int, other: int, donor: int) -> None:
+        """``task`` moves from ``client`` to ``there`` and ``other`` from ``donor`` to ``client``
+        (``_find_refill``): ``client`` keeps its count."""
+        for location in (self.loc[client], self.loc[there], self.loc[donor]):
+            self.moves_at[location] += 1
+        self._relocate(task, client, there)
+        self._relocate(other, donor, client)
+        for moved in (client, there, donor):
+            self._file_room(moved)
+
     def _relocate(self, who: int, leave: int, arrive: int) -> None:
         if self.losses is not None:
             self.losses.remove(who)
@@ -371,7 +381,57 @@ def _improve_spread(state: _Standbys, task: int) -> bool:
             if there is not None:
                 state.move(task, client, there)
                 return True
+            refill = _find_refill(state, task, client, cls)
+            if refill is not None:
+                there, other, donor = refill
+                state.move_refilled(task, client, there, other, donor)
+                return True
     return False
+
+
+def _find_refill(state: _Standbys, task: int, client: int, cls: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """A move of ``task``'s standby from ``client``, at its floor, to a client with room at
+    ``cls``, with another standby moving onto ``client`` from a client of its own location above
+    its floor (so that the other task's spread stays as it is), so that ``client`` keeps its
+    count: (there, other, donor). The two together put no more standbys on clients that must
+    restore them (one may restore where the other no longer has to). A helper's audit: when a
+    member joined a spread group, the target gave it the standby of a task whose active shares
+    its tag value, and no swap (the other standby's task is active there) nor move (the
+    newcomer at its floor) could undo it; handing it the other task's standby spreads both.
+    At most ``LOOKAHEAD`` standbys are looked at per search, and a search that found nothing is
+    not repeated while nothing it reads has changed (as ``_find_room``'s).
+    """
+    on_client, floor = state.on_client, state.floor
+    if len(on_client[client]) != floor[client] or state.spread_budget <= 0:
+        return None
+    home = state.loc[client]
+    search = (task, client, cls, "refill")
+    seen = (state.moves_at[cls], len(state.location_logs[home]), state.task_version[task])
+    if REMEMBER_FAILED and state.failed.get(search) == seen:
+        return None
+    room = [c for c in sorted(state.room_at[cls]) if c != client and state.may_take(task, c)]
+    donors = [c for c in state.members[home] if c != client and len(on_client[c]) > floor[c]]
+    looked = 0
+    if room and donors:
+        ready = state.ready_for if state.ready is not None else None
+        there = room[0]
+        owed = 0 if ready is None else (not ready(task, there)) - (not ready(task, client))
+        for donor in donors:
+            for other in sorted(on_client[donor]):
+                looked += 1
+                if looked > LOOKAHEAD:
+                    break
+                if other == task or not state.may_take(other, client):
+                    continue
+                if ready is not None and owed + (not ready(other, client)) - (not ready(other, donor)) > 0:
+                    continue
+                state.spread_budget -= looked
+                return there, other, donor
+            if looked > LOOKAHEAD:
+                break
+    state.spread_budget -= 1 + looked
+    state.failed[search] = seen
+    return None
 
 
 def _find_room(state: _Standbys, task: int, client: int, cls: tuple[int, ...]) -> int | None:

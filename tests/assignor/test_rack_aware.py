@@ -140,6 +140,31 @@ def test_a_placement_that_settles_as_it_is_spreads_its_standbys_over_tags():
             assert cluster[holder] != cluster[client], (task, client, holder)
 
 
+def test_a_member_joining_a_spread_group_gets_the_standby_that_keeps_every_task_spread():
+    """An assignor audit's find (KIP-708; 18% of its tagged join rounds settled with more
+    standbys beside their actives than a fresh assignment): c0 (z2) runs 0_0 and stands by
+    for 0_1, c1 (z1) the reverse; c2 (z1) joins and balance gives it one standby. The target
+    gave it 0_1's, whose active c1 is in z1 too, and neither a swap (c1 runs 0_1) nor a move
+    (c2 at its floor) could undo that; for good once caught up. Given 0_0's instead (the same
+    one restoration on c2), both stay spread: ``rack_standby._find_refill``."""
+    tasks = [TaskSpec(TaskId(0, p), True, 100_000) for p in range(2)]
+    zone = {"c0": "z2", "c1": "z1", "c2": "z1"}
+    clients = [ClientState("c0", tags=MappingProxyType({"zone": "z2"}), prev_active=frozenset({TaskId(0, 0)}),
+                           prev_standby=frozenset({TaskId(0, 1)}), lags=MappingProxyType({TaskId(0, 0): LATEST, TaskId(0, 1): Lag.behind(0)})),
+               ClientState("c1", tags=MappingProxyType({"zone": "z1"}), prev_active=frozenset({TaskId(0, 1)}),
+                           prev_standby=frozenset({TaskId(0, 0)}), lags=MappingProxyType({TaskId(0, 1): LATEST, TaskId(0, 0): Lag.behind(0)})),
+               ClientState("c2", tags=MappingProxyType({"zone": "z1"}))]
+    config = AssignmentConfig(num_standby_replicas=1, acceptable_recovery_lag=100, max_warmup_replicas=1,
+                              rack_aware_assignment_tags=("zone",))
+    results, _ = settle(tasks, clients, config, max_rounds=10)
+    result = results[-1]
+    assert not result.probing_rebalance_needed
+    active = {task: client for client, roles in result.clients.items() for task in roles.active}
+    for client, roles in result.clients.items():
+        for task in roles.standby:
+            assert zone[client] != zone[active[task]], (task, client, active[task])
+
+
 # --- standbys: spread first, then traffic (KIP-925 C, KIP-708) ------------------------------
 
 def _standby_case(clients, specs, actives, standbys, **config):
