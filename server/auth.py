@@ -102,8 +102,9 @@ class _Watched:
             try:
                 stamp = self._stat()
                 if stamp != self._stamp:
-                    self._stamp = stamp  # a bad version is reported once, not every second
-                    self.value = self._parse(self.path.read_text())
+                    text = self.path.read_text()  # unreadable (a mode being fixed): tried again
+                    self._stamp = stamp  # read but not valid: reported once, not every second
+                    self.value = self._parse(text)
                     log.info("auth.file.reloaded", path=str(self.path))
             except (OSError, ValueError) as error:
                 log.error("auth.file.reload_failed", path=str(self.path), error=str(error))

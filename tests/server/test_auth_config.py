@@ -4,6 +4,7 @@ authentication on (docs/security.md)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +68,12 @@ def test_a_token_file_broken_after_start_keeps_its_last_good_tokens(tmp_path, mo
     assert len(failures) == 1  # once per change, not once a second
     assert "0123456789abcdef" not in str(failures) and "fedcba" not in str(failures)
     tokens.write_text("tokens:\n  fedcba9876543210-bob: bob\n")
+    # unreadable for a moment (its mode being fixed): read again once it can be, though its
+    # time and size are then the same (the review of the change above found it never was)
+    read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    assert authenticator.principal_for(bearer="0123456789abcdef-alice") == Principal("alice", "token")
+    monkeypatch.setattr(Path, "read_text", read)
     assert authenticator.principal_for(bearer="fedcba9876543210-bob") == Principal("bob", "token")
     with pytest.raises(server.auth.AuthError, match="not known"):
         authenticator.principal_for(bearer="0123456789abcdef-alice")
