@@ -807,8 +807,10 @@ class Group:
             effects.append(Event("group.stable", {"generation": self.generation}))
             effects += self._early_probe(now_ms)
         if owed and not self.unsynced:
-            # written: a restart then knows the syncs are all in (once per rebalance)
-            effects.append(self._persist())
+            # written, so that a restart knows the syncs are all in (once per rebalance); not
+            # awaited: lost, a restart rebalances, which is safe, and this sync's answer does
+            # not wait for a large group's snapshot nor fail with its write
+            effects.append(Persist(self.snapshot(), awaited=False))
         return Outcome(SyncGroupResponse(ErrorCode.NONE, "", self.member_assignment(member)), effects)
 
     def member_assignment(self, member: Member) -> MemberAssignment:

@@ -164,8 +164,11 @@ class Coordinator:
         log.info("server.state.loaded", groups=len(self.groups))
 
     async def _rearm(self, group: Group) -> None:
-        """A restored group's timers, from its state machine (``Group.restored``)."""
-        await self._apply(group, group.restored(self.clock.now_ms()).effects)
+        """A restored group's timers, from its state machine (``Group.restored``), and its
+        writes (a group restored mid-sync rebalances) followed up as any handler's."""
+        writes, _replies, _computes = await self._apply(group, group.restored(self.clock.now_ms()).effects)
+        if writes:
+            self._spawn(self._written(group.group_id, writes))
 
     async def adopt(self, group_id: str, document: dict[str, Any] | None) -> None:
         """This replica took ``group_id``'s lease: serve it from its last durable snapshot."""
@@ -335,12 +338,16 @@ class Coordinator:
                     self.timers.cancel(str(key))
                 case Reply():
                     replies.append(effect)
-                case Persist(snapshot=state):
+                case Persist(snapshot=state, awaited=awaited):
                     if self.store is not None:
                         # the frozen state the handler put in the effect, requested before the
                         # group's next handler runs, so that the store sees a group's snapshots
                         # in order; the store's writer encodes only the latest
-                        writes.append(self.store.request(state.group_id, state))
+                        written = self.store.request(state.group_id, state)
+                        if awaited:
+                            writes.append(written)
+                        else:
+                            self._spawn(self._written(state.group_id, [written]))
                 case ComputeAssignment():
                     computes.append(effect)
                 case AppendRebalanceLog():
@@ -360,16 +367,22 @@ class Coordinator:
         killed): other members' parked joins were never answered (a helper's audit: the run of
         the assignor was cancelled with the JoinGroup that had released the barrier, and the
         group stayed in CompletingRebalance, no timer armed to end it)."""
-        if writes:
-            try:
-                await asyncio.gather(*writes)
-            except NotCoordinator as error:  # fenced, or not durable: answer nothing of it
-                if self.ownership is not None:
-                    await self.ownership.lost(group_id, fenced=not isinstance(error, StoreUnavailable))
-                raise
+        await self._written(group_id, writes)
         self._deliver(replies)
         for compute in computes:
             self._spawn(self._compute(compute))
+
+    async def _written(self, group_id: str, writes: list[asyncio.Future]) -> None:
+        """Wait for the writes; one fenced, or not durable, lets the group go (the next call
+        loads it again, or finds its owner) and raises."""
+        if not writes:
+            return
+        try:
+            await asyncio.gather(*writes)
+        except NotCoordinator as error:  # fenced, or not durable: answer nothing of it
+            if self.ownership is not None:
+                await self.ownership.lost(group_id, fenced=not isinstance(error, StoreUnavailable))
+            raise
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.ensure_future(work)

@@ -229,6 +229,7 @@ class GroupStore:
         self._db: aiosqlite.Connection | None = None
         #: the latest snapshot (None: delete the group, it expired) and its waiters
         self._dirty: dict[str, tuple[GroupSnapshot | None, list[asyncio.Future]]] = {}
+        self._writing: list[asyncio.Future] = []  # the waiters of the write under way
         self._wake = asyncio.Event()
         self._writer: asyncio.Task | None = None
 
@@ -306,7 +307,9 @@ class GroupStore:
             while self._dirty:
                 group_id, (snapshot, waiters) = next(iter(self._dirty.items()))
                 del self._dirty[group_id]
+                self._writing = waiters
                 await self._write_for(group_id, snapshot, waiters)
+                self._writing = []
 
     async def _write_for(self, group_id: str, snapshot: GroupSnapshot | None, waiters: list[asyncio.Future]) -> None:
         """One write (a deletion when ``snapshot`` is None), its outcome handed to every waiter
@@ -346,9 +349,10 @@ class GroupStore:
         await self._db.commit()
 
     async def flush(self) -> None:
-        """Wait until every requested write is done."""
-        pending = [f for _, waiters in self._dirty.values() for f in waiters]
-        if pending:
+        """Wait until every requested write is done, the one being written too (a write that no
+        reply waits for, such as a group's Stable, may be under way when the server stops)."""
+        while pending := [f for f in (*self._writing, *(f for _, waiters in self._dirty.values() for f in waiters))
+                          if not f.done()]:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def close(self) -> None:

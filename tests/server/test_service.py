@@ -270,6 +270,31 @@ async def test_a_snapshot_of_an_older_server_mid_sync_comes_back_stable(tmp_path
             assert (await w.heartbeat()).error_code == epb.ERROR_CODE_NONE
 
 
+async def test_the_last_sync_does_not_wait_for_the_stable_write_nor_fail_with_it(tmp_path):
+    """A review of the change above: the last member's sync waited for the Stable snapshot and
+    answered INTERNAL when that write failed (the worker library stops on INTERNAL), though
+    nothing depends on it: lost, a restart rebalances."""
+    async with running_server(tmp_path / "state") as leader:
+        a, b = leader.worker(port=7001), leader.worker(port=7002)
+        joins = [asyncio.create_task(w.join()) for w in (a, b)]
+        await settle()
+        await leader.clock.advance(INITIAL_DELAY_MS)
+        assert {r.error_code for r in await asyncio.gather(*joins)} == {epb.ERROR_CODE_NONE}
+        assert (await a.sync()).error_code == epb.ERROR_CODE_NONE
+        store = leader.server.coordinator.store
+        put = store._put
+
+        async def locked(group_id, text):
+            store._put = put
+            raise sqlite3.OperationalError("database is locked")
+
+        store._put = locked
+        assert (await b.sync()).error_code == epb.ERROR_CODE_NONE
+        await settle()
+        assert store._put is put  # the write was tried, and failed
+        assert leader.server.coordinator.groups["app"].state.value == "Stable"
+
+
 async def test_a_static_replacement_owes_its_sync_across_a_restart(tmp_path):
     """The same audit: a static member restarting in a Stable group is answered at once and must
     sync within its rebalance timeout (test_membership); over a restart that deadline was lost
