@@ -368,8 +368,8 @@ def _print_message(message: Any) -> None:
 
 
 def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | None = None) -> Any:
-    """``empty``: when its test holds for the answer, a line for people instead of JSON
-    (``groups`` on a new server)."""
+    """``empty``: when its test holds for the answer, a line for people on standard error
+    beside the JSON (``groups`` on a new server)."""
 
     def run(args: argparse.Namespace) -> int:
         import grpc
@@ -390,10 +390,9 @@ def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | 
                   + (f" ({hint})" if hint else ""), file=sys.stderr)
             return 1
         try:
+            _print_message(response)  # JSON on standard output always: scripts read it (`| jq`)
             if empty is not None and empty[0](response):
-                print(empty[1].format(server=args.server))
-            else:
-                _print_message(response)
+                print(empty[1].format(server=args.server), file=sys.stderr)
             sys.stdout.flush()
         except BrokenPipeError:  # `describe G | head`: the reader has all it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
