@@ -149,6 +149,15 @@ class Worker:
 async def rebalance(clock: FakeClock, workers: list[Worker], *, advance_ms: int = 0) -> list[pb.JoinGroupResponse]:
     """All workers join concurrently (the barrier), optionally advancing the fake clock while they
     wait, then all sync."""
+    responses = await joined(clock, workers, advance_ms=advance_ms)
+    syncs = await asyncio.gather(*(w.sync() for w in workers))
+    for s in syncs:
+        assert s.error_code == epb.ERROR_CODE_NONE, s
+    return responses
+
+
+async def joined(clock: FakeClock, workers: list[Worker], *, advance_ms: int = 0) -> list[pb.JoinGroupResponse]:
+    """``rebalance`` up to the syncs: every join answered NONE, nobody synced yet."""
     joins = [asyncio.create_task(w.join()) for w in workers]
     await settle()
     if advance_ms:
@@ -163,9 +172,6 @@ async def rebalance(clock: FakeClock, workers: list[Worker], *, advance_ms: int 
     responses = await asyncio.wait_for(asyncio.gather(*joins), 30)
     for w, r in zip(workers, responses, strict=True):
         assert r.error_code == epb.ERROR_CODE_NONE, (w.member_id, r)
-    syncs = await asyncio.gather(*(w.sync() for w in workers))
-    for s in syncs:
-        assert s.error_code == epb.ERROR_CODE_NONE, s
     return list(responses)
 
 

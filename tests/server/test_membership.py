@@ -11,7 +11,7 @@ import pytest
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
-from tests.server.harness import SESSION_MS, rebalance, run_for, settle, topology
+from tests.server.harness import SESSION_MS, joined, rebalance, run_for, settle, topology
 
 INITIAL_DELAY_MS = 3_000
 
@@ -84,10 +84,7 @@ async def test_a_member_that_never_syncs_is_dropped_at_the_rebalance_timeout(lea
     synced, only heartbeat; the group stayed in CompletingRebalance for good and b's share was
     run by nobody. At the rebalance timeout b is dropped and the group rebalances."""
     a, b = leader.worker(port=7001), leader.worker(port=7002)
-    joins = [asyncio.create_task(w.join()) for w in (a, b)]
-    await settle()
-    await leader.clock.advance(INITIAL_DELAY_MS)
-    assert {r.error_code for r in await asyncio.gather(*joins)} == {epb.ERROR_CODE_NONE}
+    await joined(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
     assert (await a.sync()).error_code == epb.ERROR_CODE_NONE
     answers = []
     for _ in range(3):  # 1.5 rebalance timeouts, both heartbeating

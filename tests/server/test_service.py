@@ -19,7 +19,7 @@ from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
 from server.timers import FakeClock
-from tests.server.harness import LATEST, Worker, rebalance, run_for, running_server, settle, topology
+from tests.server.harness import LATEST, Worker, joined, rebalance, run_for, running_server, settle, topology
 
 INITIAL_DELAY_MS = 3_000
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "scenarios"
@@ -230,10 +230,7 @@ async def test_a_restart_mid_sync_rebalances(tmp_path):
     clock = FakeClock()
     async with running_server(state, clock=clock) as first:
         a, b = first.worker(port=7001), first.worker(port=7002)
-        joins = [asyncio.create_task(w.join()) for w in (a, b)]
-        await settle()
-        await clock.advance(INITIAL_DELAY_MS)
-        assert {r.error_code for r in await asyncio.gather(*joins)} == {epb.ERROR_CODE_NONE}
+        await joined(clock, [a, b], advance_ms=INITIAL_DELAY_MS)
         assert (await a.sync()).error_code == epb.ERROR_CODE_NONE
     async with running_server(state, clock=clock) as second:
         for w in (a, b):
@@ -276,10 +273,7 @@ async def test_the_last_sync_does_not_wait_for_the_stable_write_nor_fail_with_it
     nothing depends on it: lost, a restart rebalances."""
     async with running_server(tmp_path / "state") as leader:
         a, b = leader.worker(port=7001), leader.worker(port=7002)
-        joins = [asyncio.create_task(w.join()) for w in (a, b)]
-        await settle()
-        await leader.clock.advance(INITIAL_DELAY_MS)
-        assert {r.error_code for r in await asyncio.gather(*joins)} == {epb.ERROR_CODE_NONE}
+        await joined(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
         assert (await a.sync()).error_code == epb.ERROR_CODE_NONE
         store = leader.server.coordinator.store
         put = store._put
