@@ -10,7 +10,7 @@ forms the group's tasks from it (``task_specs``). A task is one partition of one
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from assignor.model import InvalidInput, StateStore, TaskId, TaskSpec, TopicPartition
 
@@ -207,6 +207,17 @@ class Topology:
             if a.state_stores != b.state_stores:
                 return f"subtopology {sub_id}: state stores differ from the group's"
         return None
+
+    def grown_to(self, counts: Mapping[str, int]) -> Topology:
+        """This topology with each source topic at least as wide as ``counts`` says (the group's
+        counts a member's assignment carries, for KIP-535 key partitioning); itself when none
+        grows."""
+        if not any(counts.get(t.name, 0) > t.partition_count for sub in self.subtopologies for t in sub.source_topics):
+            return self
+        subs = tuple(Subtopology(sub.id, tuple(replace(t, partition_count=max(t.partition_count, counts.get(t.name, 0)))
+                                             for t in sub.source_topics), sub.state_stores)
+                     for sub in self.subtopologies)
+        return Topology(subs, self.application_id)
 
     def merged(self, other: Topology) -> Topology:
         """Same structure, the larger partition count of each topic (partitions are only added),

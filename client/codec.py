@@ -102,7 +102,11 @@ def _host_tasks(entries: Iterable[pb.HostPartitions], topology: Topology) -> dic
 
 
 def cluster_from_proto(message: pb.Assignment, topology: Topology) -> ClusterMetadata:
-    """The generation's cluster metadata from the two host maps, one ``HostTasks`` per endpoint."""
+    """The generation's cluster metadata from the two host maps, one ``HostTasks`` per endpoint;
+    its topology is the member's at the group's partition counts, which KIP-535 queries
+    partition keys over (a member whose topology lags a topic's growth answered for another
+    partitioning than the group's: a helper's audit)."""
+    topology = topology.grown_to(message.topic_partition_counts)
     active = _host_tasks(message.partitions_by_host, topology)
     standby = _host_tasks(message.standby_partitions_by_host, topology)
     hosts = []

@@ -361,14 +361,20 @@ class GroupMember:
 
     def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
         """KIP-535 ``allLocalStorePartitionLags``: the lags of this instance's assigned store partitions."""
-        return local_store_partition_lags(self.lag_source.store_partition_lags(), self.config.topology, self._assignment)
+        return local_store_partition_lags(self.lag_source.store_partition_lags(), self._query_topology, self._assignment)
+
+    @property
+    def _query_topology(self) -> Topology:
+        """What KIP-535 queries read: the member's topology at the group's partition counts once
+        an assignment brought them (``codec.cluster_from_proto``)."""
+        return self._metadata.topology if self._metadata is not None else self.config.topology
 
     async def route_query(self, store: str, *, key: Any = None, partition: int | None = None,
                           max_lag: int | None = None, serializer: Callable[[Any], bytes] | None = None,
                           partitioner: StreamPartitioner | None = None) -> RouteResult:
         for _hop in range(3):
             try:
-                return await route_query(self._stub, self.config.group_id, self.config.topology, store, key=key,
+                return await route_query(self._stub, self.config.group_id, self._query_topology, store, key=key,
                                          partition=partition, max_lag=max_lag, serializer=serializer, partitioner=partitioner)
             except RoutingError as error:  # the group moved to another replica: ask its owner
                 if error.code not in _MOVED_NAMES:

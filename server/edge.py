@@ -447,7 +447,9 @@ class _HostMapCache:
                 entry = self._entries.get(key)
             if entry is not None and entry[0] is cluster:
                 return entry[1]
-            template = pb.Assignment(partitions_by_host=_host_partitions(cluster, standby=False))
+            template = pb.Assignment(partitions_by_host=_host_partitions(cluster, standby=False),
+                                     topic_partition_counts={t.name: t.partition_count for sub in cluster.topology.subtopologies
+                                                             for t in sub.source_topics})
             if version >= STANDBY_HOSTS_VERSION:
                 template.standby_partitions_by_host.extend(_host_partitions(cluster, standby=True))
             encoded = pb.SyncGroupResponse(assignment=template).SerializeToString()

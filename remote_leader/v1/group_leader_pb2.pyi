@@ -666,6 +666,26 @@ class Assignment(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TopicPartitionCountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     VERSION_FIELD_NUMBER: _builtins.int
     COMMONLY_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
     ACTIVE_TASKS_FIELD_NUMBER: _builtins.int
@@ -674,6 +694,7 @@ class Assignment(_message.Message):
     STANDBY_PARTITIONS_BY_HOST_FIELD_NUMBER: _builtins.int
     NEXT_REBALANCE_MS_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
+    TOPIC_PARTITION_COUNTS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     commonly_supported_version: _builtins.int
     next_rebalance_ms: _builtins.int
@@ -693,6 +714,13 @@ class Assignment(_message.Message):
     def standby_partitions_by_host(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostPartitions]:
         """Version 2+: standby (and warm-up) partitions and stores of every member with an endpoint."""
 
+    @_builtins.property
+    def topic_partition_counts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The group's partition count of every source topic (the largest any member reported): a
+        key's partition for KIP-535 routing is computed over these, whatever the member's own
+        topology says (a member not yet told a topic grew would route keys elsewhere).
+        """
+
     def __init__(
         self,
         *,
@@ -704,10 +732,11 @@ class Assignment(_message.Message):
         standby_partitions_by_host: _abc.Iterable[Global___HostPartitions] | None = ...,
         next_rebalance_ms: _builtins.int | None = ...,
         error_code: _errors_pb2.AssignorError.ValueType = ...,
+        topic_partition_counts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms", "next_rebalance_ms", b"next_rebalance_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms", "active_tasks", b"active_tasks", "commonly_supported_version", b"commonly_supported_version", "error_code", b"error_code", "next_rebalance_ms", b"next_rebalance_ms", "partitions_by_host", b"partitions_by_host", "standby_partitions_by_host", b"standby_partitions_by_host", "standby_tasks", b"standby_tasks", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms", "active_tasks", b"active_tasks", "commonly_supported_version", b"commonly_supported_version", "error_code", b"error_code", "next_rebalance_ms", b"next_rebalance_ms", "partitions_by_host", b"partitions_by_host", "standby_partitions_by_host", b"standby_partitions_by_host", "standby_tasks", b"standby_tasks", "topic_partition_counts", b"topic_partition_counts", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__next_rebalance_ms: _TypeAlias = _typing.Literal["next_rebalance_ms"]  # noqa: Y015
     _WhichOneofArgType__next_rebalance_ms: _TypeAlias = _typing.Literal["_next_rebalance_ms", b"_next_rebalance_ms"]  # noqa: Y015

@@ -192,6 +192,30 @@ async def test_query_routing_answers_the_active_then_the_standby_once_the_active
         await close_all(members)
 
 
+async def test_a_member_behind_a_topic_s_growth_partitions_keys_as_the_group_does(leader):
+    """A helper's audit: a member configured with 4 partitions of a topic the group knows as 6
+    (the group keeps the largest, docs/protocol.md) computed keys' partitions over 4 and refused
+    partitions 4 and 5, so it routed queries to other hosts than its peers. The assignment
+    carries the group's partition counts, and queries read those."""
+    narrow = GroupMember(leader.address, member_config("g", 0, partitions=4), StaticLagSource())
+    wide = GroupMember(leader.address, member_config("g", 1, partitions=6), StaticLagSource())
+    members = [narrow, wide]
+    for member in members:
+        await member.start()
+    try:
+        await converged(members)
+        assert narrow.metadata.topology.subtopology(0).partition_count == 6
+        assert narrow.config.topology.subtopology(0).partition_count == 4  # its subscription is its own
+        keys = [f"k{i}" for i in range(40)]
+        assert [narrow.query_metadata_for_key("counts", k).partition for k in keys] == \
+            [wide.query_metadata_for_key("counts", k).partition for k in keys]
+        assert any(narrow.query_metadata_for_key("counts", k).partition >= 4 for k in keys)
+        routed = await narrow.route_query("counts", partition=5)
+        assert routed.hosts == (await wide.route_query("counts", partition=5)).hosts and routed.hosts
+    finally:
+        await close_all(members)
+
+
 async def test_route_query_errors_name_the_problem(leader):
     members = await join(leader, "g", 1, partitions=2)
     try:
