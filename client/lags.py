@@ -45,9 +45,7 @@ class LagInfo:
 
 
 class LagSource(Protocol):
-    """What the member asks each time it reports lags (JoinGroup, heartbeats, KIP-535 queries).
-    A source of the worker's own reports may count them (``reports``, growing with each; see
-    ``StaticLagSource``): heartbeats then carry lags only after a new one."""
+    """What the member asks each time it reports lags (JoinGroup, heartbeats, KIP-535 queries)."""
 
     def task_lags(self) -> Mapping[TaskId, Lag]:
         """Every task with local state: offsets behind, ``LATEST`` (running) or ``UNKNOWN``."""
@@ -159,18 +157,15 @@ class CheckpointLagSource:
 
 class StaticLagSource:
     """Lags given by the worker directly (a sidecar's ``ReportLags``, a simulation, a test); a
-    plain integer given is that many offsets. ``reports`` counts them: the member's heartbeats
-    carry lags only when there is a new one (the leader's lag age is then the report's)."""
+    plain integer given is that many offsets."""
 
     def __init__(self, task_lags: Mapping[TaskId, Lag | int] | None = None,
                  store_lags: Mapping[str, Mapping[int, LagInfo]] | None = None) -> None:
         self._task_lags = {task: Lag.coerce(lag) for task, lag in (task_lags or {}).items()}
         self._store_lags = {store: dict(parts) for store, parts in (store_lags or {}).items()}
-        self.reports = 0
 
     def update(self, task_lags: Mapping[TaskId, Lag | int],
                store_lags: Mapping[str, Mapping[int, LagInfo]] | None = None) -> None:
-        self.reports += 1
         self._task_lags = {task: Lag.coerce(lag) for task, lag in task_lags.items()}
         if store_lags is not None:
             self._store_lags = {store: dict(parts) for store, parts in store_lags.items()}

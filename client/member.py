@@ -289,7 +289,6 @@ class GroupMember:
         self.state = MemberState.CREATED
         self._version = LATEST_SUPPORTED_VERSION
         self._assignment = EMPTY_ASSIGNMENT
-        self._lags_sent: int | None = None  # the lag source's report count a heartbeat carried
         self._metadata: StreamsMetadataState | None = None
         self._lock_held = False
         self._changed = asyncio.Event()
@@ -659,15 +658,9 @@ class GroupMember:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
                 continue  # woken: closing, or a rejoin asked for
-            # A source that counts the worker's reports (``StaticLagSource.reports``) sends lags
-            # only when it has a new one: the leader then keeps the last report and its time,
-            # so a KIP-535 lag age is the report's, not the heartbeat's (a helper's audit: a
-            # worker that had died behind a live sidecar was offered with a lag 0.2 s old).
-            reports = getattr(self.lag_source, "reports", None)
-            fresh = reports is None or reports != self._lags_sent
             request = self._with_instance(pb.HeartbeatRequest(
                 group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation,
-                lags=codec.lag_report(self._heartbeat_lags()) if fresh else None))
+                lags=codec.lag_report(self._heartbeat_lags())))
             try:
                 response = await self._stub.Heartbeat(request, timeout=heartbeat_timeout_s)
             except grpc.aio.AioRpcError as error:
@@ -683,7 +676,6 @@ class GroupMember:
             if response.error_code == epb.ERROR_CODE_NONE:
                 last_ok, attempt = time.monotonic(), 0
                 self.heartbeat_ok_at = last_ok
-                self._lags_sent = reports
                 if response.HasField("next_rebalance_ms") != (self._assignment.next_rebalance_ms is not None) or (
                         response.HasField("next_rebalance_ms")
                         and response.next_rebalance_ms != self._assignment.next_rebalance_ms):

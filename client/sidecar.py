@@ -156,12 +156,6 @@ class SidecarLagSource:
     def _source(self):
         return self.reported if self.explicit or self.checkpoints is None else self.checkpoints
 
-    @property
-    def reports(self) -> int | None:
-        """The worker's reports so far when its own lags are what is sent; None when the
-        checkpoints are read afresh each time (``StaticLagSource.reports``)."""
-        return self.reported.reports if self._source() is self.reported else None
-
     def task_lags(self) -> Mapping[TaskId, Lag]:
         return self._source().task_lags()
 
