@@ -15,7 +15,7 @@ from client.lags import CheckpointLagSource, StaticLagSource
 from client.member import GroupMember, MemberError, RoutingError, route_query
 from client.state import StateCleaner, StateDirectory
 from remote_leader.v1.group_leader_pb2_grpc import GroupLeaderStub
-from tests.client.conftest import SESSION_MS, close_all, member_config, start_leader, topology
+from tests.client.conftest import HEARTBEAT_MS, SESSION_MS, close_all, member_config, start_leader, topology
 
 ALL = frozenset(topology(6).task_ids())
 
@@ -214,6 +214,40 @@ async def test_a_member_behind_a_topic_s_growth_partitions_keys_as_the_group_doe
         assert routed.hosts == (await wide.route_query("counts", partition=5)).hosts and routed.hosts
     finally:
         await close_all(members)
+
+
+async def test_a_restarted_leader_hears_the_last_report_again(tmp_path):
+    """Heartbeats carry the worker's lags every time, so a leader that restarted (or a new
+    owner after a failover), whose snapshot predates the last report, hears it at once: a
+    change that sent lags only after a new report was reverted when a regression rerun found
+    the early probe never fired after a failover (the new owner never learned the warm-ups
+    had caught up)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    state = tmp_path / "leader"
+    server = await start_leader(state, listen=f"127.0.0.1:{port}")
+    member = GroupMember(f"127.0.0.1:{port}", member_config("g", 0, partitions=2), StaticLagSource())
+    await member.start()
+    try:
+        await converged([member])
+        member.lag_source.update({task: LATEST for task in member.assignment.active})  # after the last snapshot
+        await asyncio.sleep(5 * HEARTBEAT_MS / 1000)
+        await server.stop(grace_s=0.5)
+        server = await start_leader(state, listen=f"127.0.0.1:{port}")
+        restarted = server.coordinator.clock.now_ms()
+
+        def heard() -> bool:
+            (view,) = server.coordinator.describe("g").members
+            return view.lags_updated_ms >= restarted and view.lags.get(TaskId(0, 0)) == LATEST
+
+        deadline = time.monotonic() + 10
+        while not heard() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert heard()
+    finally:
+        await member.close()
+        await server.stop(grace_s=0.5)
 
 
 async def test_route_query_errors_name_the_problem(leader):
