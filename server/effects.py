@@ -61,11 +61,12 @@ class Persist:
     """Write the group's durable state before any reply of the same outcome goes out. The state
     machine puts the state in (``Group.snapshot``, as the handler left it), so the runtime and
     the store only encode and write it, and a later change of the group cannot leak in.
-    ``awaited`` False: no reply depends on it (a state whose loss a restart recovers from
-    safely), so the replies do not wait for it, nor fail with it."""
+    ``required`` False: no reply depends on it (a state whose loss a restart recovers from
+    safely): the replies still wait for it, so that it is durable once they are out, but do not
+    fail with it."""
 
     snapshot: GroupSnapshot
-    awaited: bool = True
+    required: bool = True
 
     @property
     def group_id(self) -> str:

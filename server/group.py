@@ -808,9 +808,9 @@ class Group:
             effects += self._early_probe(now_ms)
         if owed and not self.unsynced:
             # written, so that a restart knows the syncs are all in (once per rebalance); not
-            # awaited: lost, a restart rebalances, which is safe, and this sync's answer does
-            # not wait for a large group's snapshot nor fail with its write
-            effects.append(Persist(self.snapshot(), awaited=False))
+            # required: lost, a restart rebalances, which is safe, so this sync's answer does
+            # not fail with its write
+            effects.append(Persist(self.snapshot(), required=False))
         return Outcome(SyncGroupResponse(ErrorCode.NONE, "", self.member_assignment(member)), effects)
 
     def member_assignment(self, member: Member) -> MemberAssignment:

@@ -316,7 +316,8 @@ class Coordinator:
             finally:
                 if member_id:
                     self._member_locks._exit(member_key)
-            await asyncio.shield(self._spawn(self._finish(group_id, writes, replies, computes)))
+            if writes or replies or computes:  # most heartbeats have none
+                await asyncio.shield(self._spawn(self._finish(group_id, writes, replies, computes)))
             if outcome.response is not None or future is None:
                 return outcome.response
             return await future
@@ -338,16 +339,13 @@ class Coordinator:
                     self.timers.cancel(str(key))
                 case Reply():
                     replies.append(effect)
-                case Persist(snapshot=state, awaited=awaited):
+                case Persist(snapshot=state, required=required):
                     if self.store is not None:
                         # the frozen state the handler put in the effect, requested before the
                         # group's next handler runs, so that the store sees a group's snapshots
                         # in order; the store's writer encodes only the latest
                         written = self.store.request(state.group_id, state)
-                        if awaited:
-                            writes.append(written)
-                        else:
-                            self._spawn(self._written(state.group_id, [written]))
+                        writes.append(written if required else asyncio.ensure_future(self._tolerated(state.group_id, written)))
                 case ComputeAssignment():
                     computes.append(effect)
                 case AppendRebalanceLog():
@@ -383,6 +381,14 @@ class Coordinator:
             if self.ownership is not None:
                 await self.ownership.lost(group_id, fenced=not isinstance(error, StoreUnavailable))
             raise
+
+    async def _tolerated(self, group_id: str, written: asyncio.Future) -> None:
+        """A write no reply depends on (``Persist.required`` False): waited for like any, its
+        failure logged (a fenced one still lets the group go) but never the replies'."""
+        try:
+            await self._written(group_id, [written])
+        except Exception as error:
+            log.warning("group.write.failed", group_id=group_id, error=repr(error))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.ensure_future(work)
