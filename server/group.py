@@ -148,7 +148,6 @@ class Member:
     lags: Mapping[TaskId, Lag] = field(default_factory=lambda: MappingProxyType({}))
     shutdown_requested: bool = False
     join_call: int | None = None  # the parked JoinGroup, if any
-    synced: bool = False
     session_deadline_ms: int = 0
     session_armed: bool = False  # a session timer is set (at or before the deadline)
     principal: str = ""  # who created it: only they may use its ids (server/auth.py)
@@ -192,8 +191,8 @@ class Member:
 
     @classmethod
     def from_snapshot(cls, snapshot: MemberSnapshot) -> Member:
-        """A restored member: synced (its generation's assignment is fixed), no session yet."""
-        return cls(**dict(zip(_DURABLE_FIELDS, _durable(snapshot), strict=True)), synced=True)
+        """A restored member: no session yet (whether it owes a sync is the group's ``unsynced``)."""
+        return cls(**dict(zip(_DURABLE_FIELDS, _durable(snapshot), strict=True)))
 
 
 # A member's durable fields are MemberSnapshot's, named once there; read in one C call (a
@@ -241,7 +240,8 @@ class Group:
     #: A ComputeAssignment of this generation is out (the assignor runs outside the group's
     #: lock); ``assignment_computed`` brings its result back.
     awaiting_assignment: bool = False
-    #: Members of the completing generation that have not synced: the Stable check is O(1) per sync.
+    #: Members whose join was answered and who have not synced (a completing generation's, or a
+    #: static replacement in a Stable group): the one record of who owes a sync (O(1) per sync).
     unsynced: set[str] = field(default_factory=set)
     #: Member ids a newer member of the same process superseded (``_supersede_process``), the
     #: latest ``FENCED_MEMBERS_KEPT``, with the answer their next call gets (not durable: after a
@@ -476,7 +476,6 @@ class Group:
             outcome.effects.append(self._persist())
             return outcome
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and quiet and not self.awaiting_assignment:
-            member.synced = False
             self.unsynced.add(member.member_id)
             self._rebuild_cluster()
             # it must sync within its rebalance timeout, as the members of a completing rebalance
@@ -685,7 +684,6 @@ class Group:
         self.join_deadline_ms = now_ms + self._longest_rebalance_timeout()  # the syncs' (``_drop_unsynced``)
         effects.append(ScheduleTimer(self._key(TimerKind.JOIN), self.join_deadline_ms))
         for member in sorted(self.members.values(), key=lambda m: m.member_id):
-            member.synced = False
             effects += self._touch_session(member, now_ms)
             call = self._unpark(member)
             if call is not None:
@@ -798,7 +796,6 @@ class Group:
         if request.generation_id != self.generation:
             return Outcome(SyncGroupResponse(ErrorCode.ILLEGAL_GENERATION, f"generation {request.generation_id} is not the group's {self.generation}"))
         effects = self._touch_session(member, now_ms)
-        member.synced = True
         owed = member.member_id in self.unsynced
         self.unsynced.discard(member.member_id)
         if self.state is GroupState.COMPLETING_REBALANCE and not self.unsynced:
