@@ -48,6 +48,13 @@ class TaskId(NamedTuple):
         return f"{self.subtopology}_{self.partition}"
 
     @classmethod
+    def checked(cls, subtopology: int, partition: int, field_name: str) -> TaskId:
+        """A task id from the wire's two integers (the leader's and the sidecar's edges)."""
+        if subtopology < 0 or partition < 0:
+            raise InvalidInput(field_name, f"subtopology and partition must be >= 0, got {subtopology}_{partition}")
+        return cls(subtopology, partition)
+
+    @classmethod
     def parse(cls, text: str, field_name: str = "task id") -> TaskId:
         if not isinstance(text, str):
             raise InvalidInput(field_name, f"expected a task id like '0_1', got {text!r}")

@@ -92,11 +92,11 @@ class _Acknowledgements:
     def join(self, watcher: object) -> None:
         self.watchers[watcher] = self.watchers.get(watcher, 0) + 1
 
-    def leave(self, watcher: object, named: bool) -> None:
+    def leave(self, watcher: object) -> None:
         self.watchers[watcher] -= 1
         if not self.watchers[watcher]:
             del self.watchers[watcher]
-            if not named:
+            if not _named(watcher):
                 self.pending.pop(watcher, None)
         self.notify()
 
@@ -163,23 +163,17 @@ class SidecarLagSource:
         return self._source().store_partition_lags()
 
 
-def _task(message, where: str) -> TaskId:
-    """A task id the worker sent, checked as the leader checks it: sent on to the leader, a bad
-    one was accepted here and refused there at the next JoinGroup, and the member stopped."""
-    if message.subtopology < 0 or message.partition < 0:
-        raise InvalidInput(where, f"subtopology and partition must be >= 0, got {message.subtopology}_{message.partition}")
-    return codec.task_from_proto(message)
-
-
 def lag_report_from_proto(request, topology: Topology) -> tuple[dict, dict, dict, frozenset[TaskId]]:
     """``ReportLags`` as domain values (task lags, store lags, changelog end offsets, running
-    actives), every field checked: InvalidInput names the first bad one."""
+    actives), every field checked: InvalidInput names the first bad one. Task ids are checked as
+    the leader checks them (``TaskId.checked``): a bad one was taken here, refused by the leader
+    at the next JoinGroup, and the member stopped."""
     task_lags: dict[TaskId, Lag] = {}
     for index, entry in enumerate(request.task_lags):
         where = f"task_lags[{index}]"
         if not entry.HasField("task"):
             raise InvalidInput(f"{where}.task", "required")
-        task = _task(entry.task, f"{where}.task")
+        task = TaskId.checked(entry.task.subtopology, entry.task.partition, f"{where}.task")
         if task in task_lags:
             raise InvalidInput(f"{where}.task", f"duplicate task {task}")
         if entry.lag < -2:
@@ -205,7 +199,8 @@ def lag_report_from_proto(request, topology: Topology) -> tuple[dict, dict, dict
         if not entry.topic or entry.partition < 0 or entry.end_offset < 0:
             raise InvalidInput(f"changelog_end_offsets[{index}]", "expected a topic, a partition >= 0 and an offset >= 0")
         end_offsets[(entry.topic, entry.partition)] = entry.end_offset
-    running = frozenset(_task(task, f"running_actives[{index}]") for index, task in enumerate(request.running_actives))
+    running = frozenset(TaskId.checked(task.subtopology, task.partition, f"running_actives[{index}]")
+                        for index, task in enumerate(request.running_actives))
     return task_lags, store_lags, end_offsets, running
 
 
@@ -240,8 +235,7 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
 
     async def WatchAssignment(self, request, context) -> AsyncIterator[spb.WatchAssignmentResponse]:
         queue = self.member.subscribe()
-        named = bool(request.watch_id)
-        watcher: object = ("named", request.watch_id) if named else object()
+        watcher: object = ("named", request.watch_id) if request.watch_id else object()
         if request.acknowledge:
             self.acks.join(watcher)
         try:
@@ -257,7 +251,7 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
         finally:
             self.member.unsubscribe(queue)
             if request.acknowledge:
-                self.acks.leave(watcher, named)
+                self.acks.leave(watcher)
 
     async def AcknowledgeAssignment(self, request, context):
         return spb.AcknowledgeAssignmentResponse(accepted=self.acks.settle(request.generation_id, request.watch_id))

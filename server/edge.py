@@ -133,9 +133,7 @@ def _instance_id(request: Any, where: str = "group_instance_id") -> str | None:
 
 
 def _task(msg: apb.TaskId, where: str) -> TaskId:
-    if msg.subtopology < 0 or msg.partition < 0:
-        raise InvalidInput(where, f"subtopology and partition must be >= 0, got {msg.subtopology}_{msg.partition}")
-    return TaskId(msg.subtopology, msg.partition)
+    return TaskId.checked(msg.subtopology, msg.partition, where)
 
 
 def config_from_proto(msg: apb.AssignmentConfig, where: str) -> AssignmentConfig:

@@ -209,7 +209,7 @@ async def test_a_named_watcher_that_reconnects_mid_apply_still_owes_its_acknowle
     servicer = _servicer()
     servicer.acks.join(("named", "a"))
     applying = await _applied(servicer, 4)
-    servicer.acks.leave(("named", "a"), named=True)
+    servicer.acks.leave(("named", "a"))
     await asyncio.sleep(0.05)
     assert not applying.done()
     servicer.acks.join(("named", "a"))
@@ -222,7 +222,7 @@ async def test_an_unnamed_watcher_that_leaves_owes_nothing():
     watcher = object()
     servicer.acks.join(watcher)
     applying = await _applied(servicer, 4)
-    servicer.acks.leave(watcher, named=False)
+    servicer.acks.leave(watcher)
     await asyncio.wait_for(applying, 1)
     assert servicer.acks.settle(4, "") is False
 
