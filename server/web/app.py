@@ -277,14 +277,12 @@ class LivePage:
         # the history read here, on the loop that updates it; the rest in a thread
         lines, rebalances = self.history.warmup_lines(view.group_id), self.history.rebalances(view.group_id)
 
-        def page() -> str:
-            return _templates.get_template("group.html").render(
-                **group_context(view, lines, rebalances, now), refresh_s=REFRESH_S,
-                title=f"remote-leader: {view.group_id}", now=_clock(now))
+        def page() -> web.Response:
+            return _html("group.html", **group_context(view, lines, rebalances, now), refresh_s=REFRESH_S,
+                         title=f"remote-leader: {view.group_id}", now=_clock(now))
 
         async with self._renders:
-            text = await asyncio.to_thread(page)
-        return web.Response(text=text, content_type="text/html", headers=_NO_STORE)
+            return await asyncio.to_thread(page)
 
 
 #: How much of the rebalance log's end the page reads at start: records carry the whole
@@ -315,12 +313,9 @@ def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> list[dict[str,
     return records
 
 
-_NO_STORE = {"Cache-Control": "no-store"}
-
-
 def _html(template: str, **context: Any) -> web.Response:
     return web.Response(text=_templates.get_template(template).render(**context), content_type="text/html",
-                        headers=_NO_STORE)
+                        headers={"Cache-Control": "no-store"})
 
 
 def _is_loopback(remote: str | None) -> bool:
@@ -351,8 +346,9 @@ def group_context(view: Any, warmup_lines: dict[str, list[tuple[int, int]]], reb
                 "lag": lag_text(lag) if lag is not None else "", "state": "caught-up" if caught_up else "restoring"}
 
     picture_cells = len(tasks) * len(members)
+    drawn = picture_cells <= PICTURE_CELLS
     cells: dict[tuple[str, str], dict[str, str]] = {}
-    if picture_cells <= PICTURE_CELLS:
+    if drawn:
         for m in members:
             for role, held in (("active", m.active), ("standby", m.standby), ("warmup", m.warmup)):
                 for task in held:
@@ -376,7 +372,7 @@ def group_context(view: Any, warmup_lines: dict[str, list[tuple[int, int]]], reb
             "threads": m.num_threads, "last_report": _ago(now_ms, m.lags_updated_ms),
             "active": len(m.active), "standby": len(m.standby), "warmup": len(m.warmup),
         } for m in members],
-        "tasks": [str(t) for t in tasks] if picture_cells <= PICTURE_CELLS else [],
+        "tasks": [str(t) for t in tasks] if drawn else [],
         "cells": {f"{task}|{member}": shown for (task, member), shown in cells.items()},
         "picture": {"tasks": len(tasks), "members": len(members), "cells": picture_cells, "limit": PICTURE_CELLS},
         "warmup_rows": warmups,
