@@ -409,12 +409,11 @@ def _find_refill(state: _Standbys, task: int, client: int, cls: tuple[int, ...])
     seen = (state.moves_at[cls], len(state.location_logs[home]), state.task_version[task])
     if REMEMBER_FAILED and state.failed.get(search) == seen:
         return None
-    room = [c for c in sorted(state.room_at[cls]) if c != client and state.may_take(task, c)]
+    there = next((c for c in sorted(state.room_at[cls]) if c != client and state.may_take(task, c)), None)
     donors = [c for c in state.members[home] if c != client and len(on_client[c]) > floor[c]]
     looked = 0
-    if room and donors:
+    if there is not None and donors:
         ready = state.ready_for if state.ready is not None else None
-        there = room[0]
         owed = 0 if ready is None else (not ready(task, there)) - (not ready(task, client))
         for donor in donors:
             for other in sorted(on_client[donor]):
