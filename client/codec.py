@@ -78,8 +78,11 @@ def task_lags_to_proto(lags: Mapping[TaskId, Lag]) -> list[apb.TaskLag]:
     return [apb.TaskLag(task=task_to_proto(task), lag=lag.to_wire()) for task, lag in sorted(lags.items())]
 
 
-def lag_report(lags: Mapping[TaskId, Lag]) -> pb.LagReport:
-    return pb.LagReport(task_lags=task_lags_to_proto(lags))
+def lag_report(lags: Mapping[TaskId, Lag], age_ms: int = 0) -> pb.LagReport:
+    report = pb.LagReport(task_lags=task_lags_to_proto(lags))
+    if age_ms:
+        report.age_ms = age_ms
+    return report
 
 
 def _host_tasks(entries: Iterable[pb.HostPartitions], topology: Topology) -> dict[HostInfo, tuple[str, frozenset[TaskId]]]:

@@ -53,6 +53,17 @@ class LagSource(Protocol):
     def store_partition_lags(self) -> Mapping[str, Mapping[int, LagInfo]]:
         """store name -> partition -> LagInfo, for every store partition with local state."""
 
+    # Optional: ``lags_age_ms() -> int``, how long ago the lags were measured, for a source that
+    # passes on someone else's report (the sidecar's worker); without it they are measured now.
+
+
+def lags_age_ms(source: LagSource) -> int:
+    """How old ``source``'s lags are, in milliseconds (0 for a source that measures them when
+    asked): a worker that died behind its sidecar must not look freshly measured to KIP-535
+    callers (``LagReport.age_ms``)."""
+    age = getattr(source, "lags_age_ms", None)
+    return max(0, int(age())) if age is not None else 0
+
 
 EndOffsets = Callable[[frozenset[ChangelogPartition]], Mapping[ChangelogPartition, int]]
 

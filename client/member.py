@@ -45,7 +45,7 @@ from assignor.topology import Topology
 from client import codec
 from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, diff
 from client.coordinator import MOVED, CoordinatorLink
-from client.lags import LagInfo, LagSource
+from client.lags import LagInfo, LagSource, lags_age_ms
 from client.metadata import (
     KeyQueryMetadata,
     StreamPartitioner,
@@ -466,13 +466,18 @@ class GroupMember:
             self._lock_held = False
             self.lock.release(_LOCK_HOLDER)
 
+    def _measured_lags(self) -> tuple[Mapping[TaskId, Lag], int]:
+        """The lag source's task lags and their age (``client.lags.lags_age_ms``); a broken
+        source must not stop the member: it reports no state."""
+        try:
+            return self.lag_source.task_lags(), lags_age_ms(self.lag_source)
+        except Exception:
+            self._log.exception("member.lags.failed")
+            return {}, 0
+
     def _subscription(self) -> pb.Subscription:
         cfg = self.config
-        try:
-            lags = self.lag_source.task_lags()
-        except Exception:  # a broken lag source must not stop the member: report no state
-            self._log.exception("member.lags.failed")
-            lags = {}
+        lags, age_ms = self._measured_lags()
         subscription = pb.Subscription(
             version=self._version,
             latest_supported_version=LATEST_SUPPORTED_VERSION,
@@ -480,7 +485,7 @@ class GroupMember:
             client_tags=dict(cfg.client_tags),
             num_threads=cfg.num_threads,
             topology=codec.topology_to_proto(cfg.topology),
-            lags=codec.lag_report(lags),
+            lags=codec.lag_report(lags, age_ms),
             config=codec.config_to_proto(cfg.assignment_config),
         )
         if cfg.endpoint is not None:
@@ -629,16 +634,13 @@ class GroupMember:
             self._rejoin_now = True
         self._wake.set()  # a rejoin that waited for this assignment to be applied goes now
 
-    def _heartbeat_lags(self) -> Mapping[TaskId, Lag]:
-        """Fresh lags of the assigned tasks: restoring actives, standbys and warm-ups with their
-        offsets, running actives as LATEST. They feed RouteQuery and the leader's early probe."""
-        try:
-            lags = self.lag_source.task_lags()
-        except Exception:
-            self._log.exception("member.lags.failed")
-            return {}
+    def _heartbeat_lags(self) -> pb.LagReport:
+        """The lags of the assigned tasks, sent with every heartbeat (a new owner of the group
+        hears them at once): restoring actives, standbys and warm-ups with their offsets,
+        running actives as LATEST. They feed RouteQuery and the leader's early probe."""
+        lags, age_ms = self._measured_lags()
         assigned = self._assignment.all_tasks()
-        return {task: lag for task, lag in lags.items() if task in assigned}
+        return codec.lag_report({task: lag for task, lag in lags.items() if task in assigned}, age_ms)
 
     async def _heartbeat_until_rejoin(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
@@ -660,7 +662,7 @@ class GroupMember:
                 continue  # woken: closing, or a rejoin asked for
             request = self._with_instance(pb.HeartbeatRequest(
                 group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation,
-                lags=codec.lag_report(self._heartbeat_lags())))
+                lags=self._heartbeat_lags()))
             try:
                 response = await self._stub.Heartbeat(request, timeout=heartbeat_timeout_s)
             except grpc.aio.AioRpcError as error:

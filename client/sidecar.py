@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,7 @@ class SidecarLagSource:
         self.explicit = directory is None
         self.end_offsets: dict[tuple[str, int], int] = {}
         self.running: frozenset[TaskId] = frozenset()
+        self.reported_at: float | None = None  # time.monotonic() of the worker's last report
         self.checkpoints = None if directory is None else CheckpointLagSource(
             topology, directory, lambda wanted: self.end_offsets, lambda: self.running)
 
@@ -152,6 +154,12 @@ class SidecarLagSource:
         self.reported.update(task_lags, store_lags)
         self.end_offsets = dict(end_offsets)
         self.running = running
+        self.reported_at = time.monotonic()
+
+    def lags_age_ms(self) -> int:
+        """The age of the worker's last report: the checkpoints are read when asked, but the end
+        offsets and running actives they are measured against are the report's."""
+        return 0 if self.reported_at is None else int((time.monotonic() - self.reported_at) * 1000)
 
     def _source(self):
         return self.reported if self.explicit or self.checkpoints is None else self.checkpoints

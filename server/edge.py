@@ -236,10 +236,13 @@ def _task_values(items: Any, where: str, value_field: str, minimum: int) -> Mapp
 
 def lags_from_proto(msg: pb.LagReport, where: str) -> LagReport:
     task_lags = _task_values(msg.task_lags, f"{where}.task_lags", "lag", _WIRE_UNKNOWN)
+    if msg.age_ms < 0:
+        raise InvalidInput(f"{where}.age_ms", f"must be >= 0, got {msg.age_ms}")
     return LagReport(
         task_lags=MappingProxyType({task: Lag.from_wire(lag) for task, lag in task_lags.items()}),
         offset_sums=_task_values(msg.task_offset_sums, f"{where}.task_offset_sums", "offset_sum", RUNNING_OFFSET_SUM),
         end_offsets=_task_values(msg.changelog_end_offsets, f"{where}.changelog_end_offsets", "end_offset_sum", 0),
+        age_ms=msg.age_ms,
     )
 
 

@@ -407,9 +407,10 @@ class Group:
     def _take_report(self, member: Member, report: LagReport, now_ms: int) -> None:
         """A member's lag report arrived: its lags are computed here, once. The group's end
         offsets are the largest any member reported; when this report raises one, members whose
-        offset sums are measured against it get their lags recomputed too."""
+        offset sums are measured against it get their lags recomputed too. The lags date from
+        when they were measured (``LagReport.age_ms``), which KIP-535 callers read as their age."""
         member.report = report
-        member.lags_updated_ms = now_ms
+        member.lags_updated_ms = max(0, now_ms - report.age_ms)
         raised = set()
         for task, offset in report.end_offsets.items():
             if offset > self.end_offsets.get(task, -1):

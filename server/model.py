@@ -56,6 +56,9 @@ class LagReport:
     task_lags: Mapping[TaskId, Lag] = field(default_factory=lambda: MappingProxyType({}))
     offset_sums: Mapping[TaskId, int] = field(default_factory=lambda: MappingProxyType({}))
     end_offsets: Mapping[TaskId, int] = field(default_factory=lambda: MappingProxyType({}))
+    #: How long before it was sent the report was measured (a sidecar forwards its worker's last
+    #: one): the member's lags date from then. Not stored: ``lags_updated_ms`` is.
+    age_ms: int = 0
 
     def lags(self, end_offsets: Mapping[TaskId, int]) -> dict[TaskId, Lag]:
         """Task lags, with offset sums turned into lags against the group's end offsets. An offset

@@ -364,6 +364,12 @@ class LagReport(_message.Message):
     TASK_LAGS_FIELD_NUMBER: _builtins.int
     TASK_OFFSET_SUMS_FIELD_NUMBER: _builtins.int
     CHANGELOG_END_OFFSETS_FIELD_NUMBER: _builtins.int
+    AGE_MS_FIELD_NUMBER: _builtins.int
+    age_ms: _builtins.int
+    """How long before this message was sent its lags were measured, in milliseconds (a sidecar
+    re-sends its worker's last report with each heartbeat: this is that report's age). Absent
+    or 0: just now. RouteQuery's lag_age_ms counts from the measurement, not from the message.
+    """
     @_builtins.property
     def task_lags(self) -> _containers.RepeatedCompositeFieldContainer[_assignment_pb2.TaskLag]: ...
     @_builtins.property
@@ -376,12 +382,15 @@ class LagReport(_message.Message):
         task_lags: _abc.Iterable[_assignment_pb2.TaskLag] | None = ...,
         task_offset_sums: _abc.Iterable[Global___TaskOffsetSum] | None = ...,
         changelog_end_offsets: _abc.Iterable[Global___TaskEndOffsetSum] | None = ...,
+        age_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_age_ms", b"_age_ms", "age_ms", b"age_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changelog_end_offsets", b"changelog_end_offsets", "task_lags", b"task_lags", "task_offset_sums", b"task_offset_sums"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_age_ms", b"_age_ms", "age_ms", b"age_ms", "changelog_end_offsets", b"changelog_end_offsets", "task_lags", b"task_lags", "task_offset_sums", b"task_offset_sums"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__age_ms: _TypeAlias = _typing.Literal["age_ms"]  # noqa: Y015
+    _WhichOneofArgType__age_ms: _TypeAlias = _typing.Literal["_age_ms", b"_age_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__age_ms) -> _WhichOneofReturnType__age_ms | None: ...
 
 Global___LagReport: _TypeAlias = LagReport  # noqa: Y015
 

@@ -13,6 +13,7 @@ from assignor.model import LATEST, HostInfo, InvalidInput, Role, StateStore, Tas
 from assignor.topology import Subtopology, Topology
 from client.lags import CheckpointLagSource, StaticLagSource
 from client.member import GroupMember, MemberError, RoutingError, route_query
+from client.sidecar import SidecarLagSource
 from client.state import StateCleaner, StateDirectory
 from remote_leader.v1.group_leader_pb2_grpc import GroupLeaderStub
 from tests.client.conftest import HEARTBEAT_MS, SESSION_MS, close_all, member_config, start_leader, topology
@@ -340,6 +341,30 @@ async def test_heartbeats_carry_fresh_lags_of_restoring_tasks(leader):
                 await asyncio.sleep(0.05)
     finally:
         await close_all(members)
+
+
+async def test_a_worker_silent_behind_its_sidecar_shows_lags_as_old_as_its_last_report(leader):
+    """The sidecar re-sends its worker's last report with every heartbeat (so that a new owner
+    of the group hears it at once): the leader must date those lags from the report, not from
+    the heartbeat, or a worker that died behind a live sidecar is offered to KIP-535 callers
+    with lags that look a heartbeat old (an audit's find)."""
+    source = SidecarLagSource(topology(2))
+    member = GroupMember(leader.address, member_config("g", 0, partitions=2), source)
+    await member.start()
+    try:
+        await converged([member])
+        source.update({task: LATEST for task in member.assignment.active}, {}, {}, frozenset())
+        silent_s = 10 * HEARTBEAT_MS / 1000
+        await asyncio.sleep(silent_s)  # ten heartbeats, no new report
+        (host,) = (await member.route_query("counts", partition=0)).hosts
+        assert host.role == Role.ACTIVE and host.lag_age_ms >= silent_s * 1000 * 0.9
+        source.update({task: LATEST for task in member.assignment.active}, {}, {}, frozenset())
+        deadline = time.monotonic() + 3
+        while (await member.route_query("counts", partition=0)).hosts[0].lag_age_ms >= 5 * HEARTBEAT_MS:
+            assert time.monotonic() < deadline, "the new report's age never reached the leader"
+            await asyncio.sleep(0.02)
+    finally:
+        await member.close()
 
 
 async def test_static_member_that_will_come_back_keeps_its_place(leader):

@@ -19,7 +19,17 @@ from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
 from server.timers import FakeClock
-from tests.server.harness import LATEST, Worker, joined, rebalance, run_for, running_server, settle, topology
+from tests.server.harness import (
+    LATEST,
+    Worker,
+    joined,
+    lags,
+    rebalance,
+    run_for,
+    running_server,
+    settle,
+    topology,
+)
 
 INITIAL_DELAY_MS = 3_000
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "scenarios"
@@ -103,6 +113,7 @@ _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1)
                      "subscription.config.rack_aware_assignment_tags[1]", id="tag-key-too-long"),
         pytest.param(_join(subscription__lags=_BAD_TASK_LAG), "subscription.lags.task_lags[0].lag", id="negative-lag"),
         pytest.param(_join(subscription__lags=_DUP_TASK_LAG), "subscription.lags.task_lags[1].task", id="duplicate-lag"),
+        pytest.param(_join(subscription__lags=pb.LagReport(age_ms=-1)), "subscription.lags.age_ms", id="negative-lag-age"),
         pytest.param(_join(subscription__config=apb.AssignmentConfig(max_warmup_replicas=0)), "subscription.config.max_warmup_replicas", id="config-below-minimum"),
         pytest.param(_join(subscription__config=apb.AssignmentConfig(probing_rebalance_interval_ms=5)), "subscription.config.probing_rebalance_interval_ms", id="probe-interval-below-minute"),
         pytest.param(_join(subscription__error_code=epb.ASSIGNOR_ERROR_VERSION_PROBING), "subscription.error_code", id="member-sends-version-probing"),
@@ -122,6 +133,7 @@ async def test_malformed_join_is_invalid_argument_naming_the_field_and_changes_n
         pytest.param("SyncGroup", pb.SyncGroupRequest(group_id="app"), "member_id", id="sync-no-member"),
         pytest.param("Heartbeat", pb.HeartbeatRequest(member_id="m"), "group_id", id="heartbeat-no-group"),
         pytest.param("Heartbeat", pb.HeartbeatRequest(group_id="app", member_id="m", lags=_BAD_TASK_LAG), "lags.task_lags[0].lag", id="heartbeat-bad-lag"),
+        pytest.param("Heartbeat", pb.HeartbeatRequest(group_id="app", member_id="m", lags=pb.LagReport(age_ms=-5)), "lags.age_ms", id="heartbeat-negative-lag-age"),
         pytest.param("LeaveGroup", pb.LeaveGroupRequest(group_id="app", member_id="m", group_instance_id=""), "group_instance_id", id="leave-empty-instance"),
         pytest.param("RouteQuery", pb.RouteQueryRequest(group_id="app", store="s", partition=-1), "partition", id="route-negative-partition"),
         pytest.param("Assign", pb.AssignRequest(problem=apb.AssignmentProblem(clients=[apb.ClientState(id="a", threads=0)])), "problem.clients[0].threads", id="assign-zero-threads"),
@@ -387,6 +399,13 @@ async def test_route_query_prefers_the_live_active_then_caught_up_standbys(leade
     route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=0))
     # b reported 250 ms ago; c's lags date from its JoinGroup: initial delay + 500 + 250 ms.
     assert [h.lag_age_ms for h in route.hosts] == [250, INITIAL_DELAY_MS + 750]
+    # a lag measured before it was sent (a sidecar re-sending its worker's last report) is as
+    # old as the measurement, not as the heartbeat that carried it
+    report = lags({"0_1": LATEST, "0_0": 30, "0_2": 0})
+    report.age_ms = 4_000
+    await b.stub.Heartbeat(pb.HeartbeatRequest(group_id="app", member_id=b.member_id, generation_id=b.generation, lags=report))
+    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=0))
+    assert [(h.host.port, h.lag_age_ms) for h in route.hosts] == [(7002, 4_000), (7003, INITIAL_DELAY_MS + 750)]
     unknown = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="nope", partition=0))
     assert unknown.error_code == epb.ERROR_CODE_UNKNOWN_STATE_STORE
     missing = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="nope", store="counts", partition=0))
