@@ -22,7 +22,7 @@ from remote_leader.net import address_in_use
 from remote_leader.v1 import group_leader_pb2
 from server.assignor_runner import AssignorRunner
 from server.auth import Authenticator, Gate, JwtSettings, is_loopback
-from server.edge import GroupLeaderServicer, add_to_server
+from server.edge import METHODS, GroupLeaderServicer, add_to_server, refusals
 from server.group import GroupSettings
 from server.limits import Limits
 from server.model import ReplicaInfo
@@ -251,6 +251,8 @@ class LeaderServer:
         self.retention = Retention(self.coordinator, self.clock, self.coordinator.timers, s.empty_group_retention_ms,
                                    on_expired=lambda _gid: self.metrics.groups_expired.inc())
         gate = self.gate = s.gate(self.metrics)
+        self.metrics.expect_refused(refusals(gate.enabled))
+        self.metrics.expect_internal_errors(METHODS)
         add_to_server(GroupLeaderServicer(self.coordinator, s.limits(), gate, self._assign_runner), server, self.metrics.internal_errors_seen, self.metrics.refused_seen)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
@@ -276,6 +278,7 @@ class LeaderServer:
             page = LivePage(registry=self.metrics.registry, coordinator=lambda: self.coordinator, clock=self.clock,
                             gate=gate, mode=s.live_page, ssl_context=tls)
             rebalance_log.listeners.append(page.history.record_rebalance)
+            self.metrics.expect_refused(page.refusals())
             try:
                 await page.start(host, s.metrics_port, rebalance_log.path)
             except OSError as error:

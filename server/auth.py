@@ -59,22 +59,43 @@ class Principal:
 ANONYMOUS = Principal("", "none")
 
 
+class Unauthenticated(enum.StrEnum):
+    """Why a call has no principal: the ``reason`` of its refusal in the metrics, one closed set
+    so that the metrics can export each at 0 before the first (``server.edge.refusals``)."""
+
+    INVALID_JWT = "invalid_jwt"
+    INVALID_TOKEN = "invalid_token"
+    NO_CERTIFICATE_NAME = "no_certificate_name"
+    NO_CREDENTIALS = "no_credentials"
+    BAD_AUTHORIZATION = "bad_authorization"
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAUTHENTICATED
+
+
+class Denied(enum.StrEnum):
+    """Why a principal's call is refused, as ``Unauthenticated``."""
+
+    ACL = "acl"
+    MEMBER_ID_OWNER = "member_id_owner"
+    INSTANCE_ID_OWNER = "instance_id_owner"
+    PROCESS_ID_OWNER = "process_id_owner"
+    SHUTDOWN_NOT_MEMBER = "shutdown_not_member"
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.PERMISSION_DENIED
+
+
 class AuthError(Exception):
-    """Refused: ``code`` is UNAUTHENTICATED or PERMISSION_DENIED, ``reason`` a short label for
-    the metric, the message the answer's text."""
+    """Refused: ``code`` (UNAUTHENTICATED or PERMISSION_DENIED) follows from ``reason``, the
+    metric's label; the message is the answer's text."""
 
-    def __init__(self, code: grpc.StatusCode, reason: str, message: str) -> None:
+    def __init__(self, reason: Unauthenticated | Denied, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = reason.code
         self.reason = reason
-
-
-def unauthenticated(reason: str, message: str) -> AuthError:
-    return AuthError(grpc.StatusCode.UNAUTHENTICATED, reason, message)
-
-
-def denied(reason: str, message: str) -> AuthError:
-    return AuthError(grpc.StatusCode.PERMISSION_DENIED, reason, message)
 
 
 class _Watched:
@@ -168,7 +189,7 @@ class _JwtVerifier:
             claims = self._jwt.decode(token, self._key, algorithms=list(s.algorithms), audience=s.audience,
                                       issuer=s.issuer, options=options)
         except self._jwt.PyJWTError as error:
-            raise unauthenticated("invalid_jwt", f"invalid bearer JWT: {error}") from None
+            raise AuthError(Unauthenticated.INVALID_JWT, f"invalid bearer JWT: {error}") from None
         subject = claims.get("sub")
         return subject if isinstance(subject, str) and subject else None
 
@@ -227,13 +248,13 @@ class Authenticator:
                 name = self._jwt.principal(bearer)
                 if name is not None:
                     return Principal(name, "jwt")
-            raise unauthenticated("invalid_token", "the bearer token is not known")
+            raise AuthError(Unauthenticated.INVALID_TOKEN, "the bearer token is not known")
         if certificate_pem is not None and self.client_certificates:
             name = certificate_principal(certificate_pem)
             if name:
                 return Principal(name, "certificate")
-            raise unauthenticated("no_certificate_name", "the client certificate has no URI, DNS or CN name")
-        raise unauthenticated("no_credentials", "no client certificate and no bearer token")
+            raise AuthError(Unauthenticated.NO_CERTIFICATE_NAME, "the client certificate has no URI, DNS or CN name")
+        raise AuthError(Unauthenticated.NO_CREDENTIALS, "no client certificate and no bearer token")
 
     def principal_of(self, context: grpc.aio.ServicerContext) -> Principal:
         if not self.enabled:
@@ -243,7 +264,7 @@ class Authenticator:
             if key == "authorization":
                 scheme, _, token = str(value).partition(" ")
                 if scheme.lower() != "bearer" or not token.strip():
-                    raise unauthenticated("bad_authorization", "the authorization metadata must be 'Bearer TOKEN'")
+                    raise AuthError(Unauthenticated.BAD_AUTHORIZATION, "the authorization metadata must be 'Bearer TOKEN'")
                 bearer = token.strip()
         pem = None
         auth = context.auth_context() or {}
@@ -351,7 +372,7 @@ class Gate:
                     via=principal.via if principal else None, group_id=group_id, code=error.code.name,
                     reason=error.reason, detail=str(error))
         if self._metrics is not None:
-            self._metrics.refused.labels(method, error.code.name, error.reason).inc()
+            self._metrics.refused_seen(method, error.code.name, error.reason)
 
     async def check(self, context: grpc.aio.ServicerContext, method: str, operation: Operation,
                     group_id: str | None = None) -> Principal:
@@ -363,7 +384,7 @@ class Gate:
             principal = self.authenticator.principal_of(context)
             if not self.authorize(principal, operation, group_id):
                 target = f" on group {group_id!r}" if group_id is not None else ""
-                raise denied("acl", f"principal {principal.name!r} may not {operation.value}{target}")
+                raise AuthError(Denied.ACL, f"principal {principal.name!r} may not {operation.value}{target}")
         except AuthError as error:
             self.refuse(method, principal, error, group_id)
             await context.abort(error.code, str(error))
@@ -387,11 +408,11 @@ def _check_ids(group: Any, principal: Principal, member_id: str, instance: str |
     ``principal``; returns the member ``member_id`` names (None when unknown or empty)."""
     member = group.members.get(member_id) if member_id else None
     if member is not None and member.principal != principal.name:
-        raise denied("member_id_owner", f"member id {member_id!r} belongs to another principal")
+        raise AuthError(Denied.MEMBER_ID_OWNER, f"member id {member_id!r} belongs to another principal")
     if instance and instance in group.instances:
         holder = group.members.get(group.instances[instance])
         if holder is not None and holder.principal != principal.name:
-            raise denied("instance_id_owner", f"group_instance_id {instance!r} belongs to another principal")
+            raise AuthError(Denied.INSTANCE_ID_OWNER, f"group_instance_id {instance!r} belongs to another principal")
     return member
 
 
@@ -402,15 +423,15 @@ def check_join(group: Any, principal: Principal, member_id: str, instance: str |
     anonymous, and the scan is skipped); a shutdown request comes only from a current member."""
     if group is None:
         if shutdown:
-            raise denied("shutdown_not_member", "a shutdown request is honoured only from a member of the current generation")
+            raise AuthError(Denied.SHUTDOWN_NOT_MEMBER, "a shutdown request is honoured only from a member of the current generation")
         return
     member = _check_ids(group, principal, member_id, instance)
     if owners and (member is None or member.process_id != process_id):
         for other in group.members.values():
             if other.process_id == process_id and other.principal != principal.name:
-                raise denied("process_id_owner", f"process id {process_id} belongs to another principal")
+                raise AuthError(Denied.PROCESS_ID_OWNER, f"process id {process_id} belongs to another principal")
     if shutdown and (member is None or group.generation == 0):
-        raise denied("shutdown_not_member", "a shutdown request is honoured only from a member of the current generation")
+        raise AuthError(Denied.SHUTDOWN_NOT_MEMBER, "a shutdown request is honoured only from a member of the current generation")
 
 
 def check_member_call(group: Any, principal: Principal, member_id: str, instance: str | None, *,

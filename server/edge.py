@@ -18,7 +18,7 @@ import re
 import threading
 import unicodedata
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -44,18 +44,24 @@ from assignor.topology import SourceTopic, Subtopology, Topology
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import group_leader_pb2 as pb
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
-from server.auth import AuthError, Gate, Operation, check_member_call
+from server.auth import AuthError, Denied, Gate, Operation, Unauthenticated, check_member_call
 from server.auth import check_join as check_join_owner
 from server.failures import contain, decoder
 from server.limits import (
+    ASSIGN_LIMITS,
+    GROUP_CAPACITY_LIMITS,
+    HEARTBEAT_LIMITS,
+    JOIN_LIMITS,
     OFF_LOOP_BYTES,
     OFF_LOOP_TASKS,
+    PRINCIPAL_QUOTA_LIMIT,
     BoundedWork,
     Limits,
     check_assign,
     check_group_capacity,
     check_heartbeat,
     check_join,
+    limit_code,
 )
 from server.model import (
     RUNNING_OFFSET_SUM,
@@ -650,6 +656,42 @@ def _redirects(response_type: Any):
     return wrap
 
 
+_SERVICE = pb.DESCRIPTOR.services_by_name["GroupLeader"]
+METHODS = tuple(method.name for method in _SERVICE.methods)
+_CONCURRENT_ASSIGNS = "max_concurrent_assigns"
+_OWN_IDS = (Denied.MEMBER_ID_OWNER, Denied.INSTANCE_ID_OWNER)
+#: What each RPC may be refused for besides its limits and, with authentication on, failing to
+#: authenticate (any RPC may): ``refusals``.
+_REFUSED = {
+    "JoinGroup": (*JOIN_LIMITS, *GROUP_CAPACITY_LIMITS, Denied.SHUTDOWN_NOT_MEMBER),
+    "Heartbeat": HEARTBEAT_LIMITS,
+    "Assign": (*ASSIGN_LIMITS, _CONCURRENT_ASSIGNS),
+}
+#: Only with authentication on: anonymous callers own every id alike and have no quota.
+_REFUSED_WITH_AUTH = {
+    "JoinGroup": (Denied.ACL, *_OWN_IDS, Denied.PROCESS_ID_OWNER, PRINCIPAL_QUOTA_LIMIT),
+    "SyncGroup": (Denied.ACL, *_OWN_IDS),
+    "Heartbeat": (Denied.ACL, *_OWN_IDS),
+    "LeaveGroup": (Denied.ACL, *_OWN_IDS),
+    "DescribeGroup": (Denied.ACL,),
+    "Assign": (Denied.ACL,),
+    "RouteQuery": (Denied.ACL,),
+}
+
+
+def refusals(authentication: bool) -> Iterator[tuple[str, str, str]]:
+    """(method, code, reason) of each refusal an RPC of this server may meet, which the metrics
+    export at 0 from the start (``Metrics.expect_refused``): those it cannot meet (authentication
+    off) stay out."""
+    for method in METHODS:
+        reasons = [*_REFUSED.get(method, ())]
+        if authentication:
+            reasons += [*Unauthenticated, *_REFUSED_WITH_AUTH.get(method, ())]
+        for reason in dict.fromkeys(reasons):
+            code = reason.code if isinstance(reason, Unauthenticated | Denied) else limit_code(reason)
+            yield method, code.name, str(reason)
+
+
 class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
     def __init__(self, coordinator: Coordinator, limits: Limits | None = None, gate: Gate | None = None,
                  assign: Callable[[AssignmentProblem], Awaitable[AssignmentResult]] | None = None) -> None:
@@ -661,7 +703,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         self.limits = limits or Limits()
         self.gate = gate or Gate()
         self._assign = assign or coordinator.assign
-        self._assign_calls = BoundedWork("max_concurrent_assigns", self.limits.max_concurrent_assigns, "Assign calls")
+        self._assign_calls = BoundedWork(_CONCURRENT_ASSIGNS, self.limits.max_concurrent_assigns, "Assign calls")
 
     async def _admitted(self, context: grpc.aio.ServicerContext, method: str, principal: Any, call: Any) -> Any:
         """Await a coordinator call whose admit check (run under the group's lock) may refuse it:
@@ -850,14 +892,13 @@ def add_to_server(servicer: GroupLeaderServicer, server: grpc.aio.Server, on_int
     """Register the servicer like the generated ``add_GroupLeaderServicer_to_server``, except that
     a handler may return pre-serialised bytes (SyncGroup does) and an unexpected exception is
     contained (``server.failures.contain``)."""
-    service = pb.DESCRIPTOR.services_by_name["GroupLeader"]
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
             contain(method.name, getattr(servicer, method.name), on_internal_error, on_refused),
             request_deserializer=decoder(message_factory.GetMessageClass(method.input_type)),
             response_serializer=_serialize,
         )
-        for method in service.methods
+        for method in _SERVICE.methods
     }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
-    server.add_registered_method_handlers(service.full_name, handlers)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
+    server.add_registered_method_handlers(_SERVICE.full_name, handlers)

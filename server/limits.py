@@ -52,19 +52,34 @@ class Limits:
                 raise ValueError(f"--{f.name.replace('_', '-')}: must be >= 1, got {getattr(self, f.name)}")
 
 
+#: The limits of a full group or server: RESOURCE_EXHAUSTED (retry later or elsewhere); any other
+#: is a size no group may have: INVALID_ARGUMENT.
+CAPACITY_LIMITS = frozenset({"max_groups", "max_groups_per_principal", "max_members_per_group", "max_concurrent_assigns"})
+
+
+def limit_code(limit: str) -> grpc.StatusCode:
+    return grpc.StatusCode.RESOURCE_EXHAUSTED if limit in CAPACITY_LIMITS else grpc.StatusCode.INVALID_ARGUMENT
+
+
 class LimitExceeded(Exception):
     """A request beyond a configured limit; ``code`` is the gRPC status to answer."""
 
-    def __init__(self, limit: str, message: str, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
+    def __init__(self, limit: str, message: str) -> None:
         super().__init__(f"{message} (limit --{limit.replace('_', '-')})")
         self.limit = limit
-        self.code = code
+        self.code = limit_code(limit)
 
 
-def _over(limits: Limits, name: str, value: int, what: str, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
+def _over(limits: Limits, name: str, value: int, what: str) -> None:
     maximum = getattr(limits, name)
     if value > maximum:
-        raise LimitExceeded(name, f"{what}: {value} exceeds {name} = {maximum}", code)
+        raise LimitExceeded(name, f"{what}: {value} exceeds {name} = {maximum}")
+
+
+#: The limits each ``check_*`` below may refuse for: ``server.edge.refusals`` has the metrics
+#: export each at 0 from the start. A limit a check gains belongs in its tuple.
+TOPOLOGY_LIMITS = ("max_subtopologies", "max_partitions_per_topic", "max_partitions_per_group", "max_tasks_per_group",
+                   "max_store_partitions_per_group")
 
 
 def check_topology(limits: Limits, topology: Any, where: str) -> tuple[int, int]:
@@ -115,7 +130,7 @@ class BoundedWork:
         if len(self._running) >= self._limit:
             work.close()
             raise LimitExceeded(self._limit_name, f"{len(self._running)} {self._what} in progress, "
-                                f"{self._limit_name} = {self._limit}; retry later", grpc.StatusCode.RESOURCE_EXHAUSTED)
+                                f"{self._limit_name} = {self._limit}; retry later")
         task = asyncio.get_running_loop().create_task(work)
         self._running.add(task)
         task.add_done_callback(self._ended)
@@ -138,9 +153,15 @@ def _check_replicas(limits: Limits, name: str, tasks: int, stateful: int, standb
                                   f"make {replicas} replicas, exceeds {name} = {getattr(limits, name)}")
 
 
+LAG_REPORT_LIMITS = ("max_tasks_per_group",)
+
+
 def check_lag_report(limits: Limits, report: Any, where: str) -> None:
     for name in ("task_lags", "task_offset_sums", "changelog_end_offsets"):
         _over(limits, "max_tasks_per_group", len(getattr(report, name)), f"{where}.{name}")
+
+
+JOIN_LIMITS = ("max_rebalance_timeout_ms", *TOPOLOGY_LIMITS, "max_replicas_per_group", *LAG_REPORT_LIMITS)
 
 
 def check_join(limits: Limits, request: Any) -> None:
@@ -156,9 +177,15 @@ def check_join(limits: Limits, request: Any) -> None:
         check_lag_report(limits, sub.lags, "subscription.lags")
 
 
+HEARTBEAT_LIMITS = LAG_REPORT_LIMITS
+
+
 def check_heartbeat(limits: Limits, request: Any) -> None:
     if request.HasField("lags"):
         check_lag_report(limits, request.lags, "lags")
+
+
+ASSIGN_LIMITS = ("max_tasks_per_assign", "max_clients_per_assign", "max_replicas_per_assign")
 
 
 def check_assign(limits: Limits, request: Any) -> None:
@@ -175,6 +202,11 @@ def check_assign(limits: Limits, request: Any) -> None:
                 _over(limits, "max_tasks_per_assign", len(items), f"problem.clients[{i}].{name}")
 
 
+#: The quota per principal counts only with authentication on (a principal to count).
+GROUP_CAPACITY_LIMITS = ("max_groups", "max_members_per_group")
+PRINCIPAL_QUOTA_LIMIT = "max_groups_per_principal"
+
+
 def check_group_capacity(limits: Limits, group: Any, groups: Mapping[str, Any], member_id: str, instance: str | None,
                          principal: str = "") -> None:
     """Called under the group's lock before a JoinGroup runs: a newcomer needs room in its group
@@ -184,15 +216,13 @@ def check_group_capacity(limits: Limits, group: Any, groups: Mapping[str, Any], 
     server with abandoned groups for everyone (docs/security.md). Counted on creation only (a
     scan of this server's groups)."""
     if group is None:
-        _over(limits, "max_groups", len(groups) + 1, "groups on this server", grpc.StatusCode.RESOURCE_EXHAUSTED)
+        _over(limits, "max_groups", len(groups) + 1, "groups on this server")
         if principal:
             created = sum(1 for other in groups.values() if other.creator == principal)
-            _over(limits, "max_groups_per_principal", created + 1, f"groups created by {principal!r} on this server",
-                  grpc.StatusCode.RESOURCE_EXHAUSTED)
+            _over(limits, "max_groups_per_principal", created + 1, f"groups created by {principal!r} on this server")
         return
     if member_id and member_id in group.members:
         return
     if instance and instance in group.instances:
         return
-    _over(limits, "max_members_per_group", len(group.members) + 1, f"members of group {group.group_id!r}",
-          grpc.StatusCode.RESOURCE_EXHAUSTED)
+    _over(limits, "max_members_per_group", len(group.members) + 1, f"members of group {group.group_id!r}")

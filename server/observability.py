@@ -13,7 +13,7 @@ import json
 import logging
 import logging.handlers
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,19 @@ class Metrics:
         summing members or warm-ups counted it twice)."""
         for metric, labels in self._group_series.pop(group_id, ()):
             metric.remove(*labels)
+
+    def expect_refused(self, combinations: Iterable[tuple[str, str, str]]) -> None:
+        """Export these (method, code, reason) at 0 until they happen. A series that first
+        appears at 1 reads "No data" before it (a panel, an ``absent()`` alert), and ``rate()``
+        and ``increase()`` miss that first refusal: there is no earlier sample to count it from.
+        Only known, closed sets of labels (``server.edge.refusals``): never group ids."""
+        for labels in combinations:
+            self.refused.labels(*labels)
+
+    def expect_internal_errors(self, methods: Iterable[str]) -> None:
+        """As ``expect_refused``, for the RPC methods."""
+        for method in methods:
+            self.internal_errors.labels(method)
 
     def refused_seen(self, method: str, code: str, reason: str) -> None:
         self.refused.labels(method, code, reason).inc()

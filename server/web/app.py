@@ -32,7 +32,7 @@ import json
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from prometheus_client.exposition import choose_encoder
 
 from assignor.lag import Lag, LagKind
 from assignor.model import TaskId
-from server.auth import ANONYMOUS, AuthError, Gate, Operation, Principal
+from server.auth import ANONYMOUS, AuthError, Gate, Operation, Principal, Unauthenticated
 from server.web.history import PageHistory, RebalanceSummary
 
 log = structlog.get_logger(__name__)
@@ -197,6 +197,14 @@ class LivePage:
 
     # ---- who may look -----------------------------------------------------------------------
 
+    def refusals(self) -> Iterator[tuple[str, str, str]]:
+        """What ``_principal`` counts, for ``Metrics.expect_refused``: the page's authentication
+        failures."""
+        if self.mode == "off" or not self.gate.enabled:
+            return
+        for reason in Unauthenticated:
+            yield "LivePage", reason.code.name, str(reason)
+
     @web.middleware
     async def _security_headers(self, request: web.Request, handler: Any) -> web.StreamResponse:
         response = await handler(request)
@@ -216,8 +224,9 @@ class LivePage:
         if header is not None:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                raise web.HTTPUnauthorized(text="the Authorization header must be 'Bearer TOKEN'\n",
-                                           headers={"WWW-Authenticate": "Bearer"})
+                error = AuthError(Unauthenticated.BAD_AUTHORIZATION, "the Authorization header must be 'Bearer TOKEN'")
+                self.gate.refuse("LivePage", None, error)
+                raise web.HTTPUnauthorized(text=f"{error}\n", headers={"WWW-Authenticate": "Bearer"})
             bearer = token.strip()
         pem = None
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
