@@ -224,7 +224,13 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)  # group_instance_id -> member_id
     end_offsets: dict[TaskId, int] = field(default_factory=dict)
+    #: This generation's assignment: None when it ended without one (``assignment_error``).
     result: AssignmentResult | None = None
+    #: The last assignment the assignor computed: the group's memory of who ran what, the next
+    #: problem's previous tasks where reports leave them out (``server.memory``). A generation
+    #: without one (the assignor failed, a shutdown requested) keeps it: forgotten there, the
+    #: next rebalance saw every member that reports no lags as new, and moved its tasks.
+    last_assignment: AssignmentResult | None = None
     assignment_error: AssignorError = AssignorError.NONE
     cluster: ClusterMetadata | None = None
     last_rebalance_ms: int = 0
@@ -268,6 +274,7 @@ class Group:
             config=self.config,
             end_offsets=MappingProxyType(dict(self.end_offsets)),
             result=self.result,
+            last_assignment=self.last_assignment,
             assignment_error=self.assignment_error,
             last_rebalance_ms=self.last_rebalance_ms,
             last_trigger=self.last_trigger,
@@ -304,6 +311,7 @@ class Group:
             config=snapshot.config,
             end_offsets=dict(snapshot.end_offsets),
             result=snapshot.result,
+            last_assignment=snapshot.last_assignment,
             assignment_error=snapshot.assignment_error,
             last_rebalance_ms=snapshot.last_rebalance_ms,
             last_trigger=snapshot.last_trigger,
@@ -522,11 +530,12 @@ class Group:
         return effects
 
     def _rekey_process(self, old_pid: str, new_pid: str) -> None:
-        if self.result is None or old_pid not in self.result.clients:
-            return
-        clients = dict(self.result.clients)
-        clients[new_pid] = clients.pop(old_pid)
-        self.result = dataclasses.replace(self.result, clients=MappingProxyType(clients))
+        """A static replacement under a new process id takes its predecessor's tasks: in this
+        generation's assignment and in the memory the next problem is built from (one object
+        while the generation has an assignment, and kept one: the snapshot stores it once)."""
+        memory = self.last_assignment
+        self.last_assignment = _rekeyed(memory, old_pid, new_pid)
+        self.result = self.last_assignment if self.result is memory else _rekeyed(self.result, old_pid, new_pid)
 
     def _join_known(self, request: JoinGroupRequest, call_id: int, now_ms: int) -> Outcome:
         member, error, message = self._lookup(request.member_id, request.group_instance_id)
@@ -598,7 +607,9 @@ class Group:
         self.generation += 1
         if not self.members:
             self._transition(GroupState.EMPTY)
-            self.result, self.cluster, self.assignment_error = None, None, AssignorError.NONE
+            # Nobody runs anything now, and the next member may bring another application
+            # (an Empty group adopts a new topology): nothing is remembered.
+            self.result, self.last_assignment, self.cluster, self.assignment_error = None, None, None, AssignorError.NONE
             effects += self._cancel_probe()
             effects += [self._persist(), Event("group.empty", {"generation": self.generation})]
             return effects
@@ -620,7 +631,7 @@ class Group:
             raise IllegalTransition(f"group {self.group_id} has no topology")
         members = sorted(self.members.values(), key=lambda m: m.process_id)
         reports = tuple(ClientReport(m.process_id, m.lags, m.num_threads, m.rack, m.client_tags) for m in members)
-        return ProblemInputs(self.topology, self.config, dict(self.end_offsets), reports, self.result)
+        return ProblemInputs(self.topology, self.config, dict(self.end_offsets), reports, self.last_assignment)
 
     def _finish_without_assignor(self, error: AssignorError, now_ms: int) -> list:
         self.result = None
@@ -640,7 +651,7 @@ class Group:
             self.assignment_error = AssignorError.ASSIGNMENT_ERROR
             effects.append(Event("group.assignment.failed", {"generation": generation, "error": error}))
         else:
-            self.result = result
+            self.result = self.last_assignment = result
             self.assignment_error = AssignorError.NONE
             effects += self._schedule_followup(result, now_ms)
             effects.append(
@@ -1042,6 +1053,14 @@ class Group:
             hosts.append(QueryHost(pid, member.endpoint, role.value, lag, age))
         hosts.sort(key=lambda h: (h.lag.known_offsets, h.process_id))
         return RouteAnswer(ErrorCode.NONE, "", task, tuple(hosts))
+
+
+def _rekeyed(result: AssignmentResult | None, old_pid: str, new_pid: str) -> AssignmentResult | None:
+    if result is None or old_pid not in result.clients:
+        return result
+    clients = dict(result.clients)
+    clients[new_pid] = clients.pop(old_pid)
+    return dataclasses.replace(result, clients=MappingProxyType(clients))
 
 
 def _with_warmups(assignment: ClientAssignment) -> tuple[TaskId, ...]:

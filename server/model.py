@@ -214,6 +214,9 @@ class GroupSnapshot:
     #: Members whose join was answered and who have not synced (``Group.unsynced``), sorted; None
     #: in the snapshots of servers that did not store it
     unsynced: tuple[str, ...] | None = None
+    #: The group's memory of who ran what (``Group.last_assignment``): ``result`` itself unless
+    #: the generation ended without an assignment
+    last_assignment: AssignmentResult | None = None
 
 
 # ---- read-only views ---------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Written before a response depends on it: the runtime asks for a write and awaits
 replies. Writes are coalesced per group (the latest state wins) and performed in request
 order by one writer, so a burst of 5,000 joins costs one write per generation, not 5,000.
 What survives a restart: generation, members (with their last lags), topology, config, end
-offsets, the last assignment and the scheduled probe (docs/protocol.md, "Persistence").
+offsets, the last assignment (and the last one computed, after a generation without one) and
+the scheduled probe (docs/protocol.md, "Persistence").
 Session deadlines do not: every member gets a fresh session timeout from the restart.
 """
 
@@ -89,6 +90,11 @@ def topology_from_json(raw: list[dict[str, Any]]) -> Topology:
 def snapshot_document(snapshot: GroupSnapshot) -> dict[str, Any]:
     """A group's durable state (what a ``Persist`` effect carries) as a JSON-able document."""
     config_doc = problem_to_document(AssignmentProblem((), (), snapshot.config))["config"] if snapshot.config else None
+    # Written only when it is not the assignment (a generation ended without one), and without
+    # the reasons (who ran what is all it is for): a large group's assignment is most of its
+    # snapshot.
+    remembered = snapshot.last_assignment
+    memory = {} if remembered is None or remembered is snapshot.result else {"last_assignment": result_to_document(remembered)}
     return {
         "schema": SNAPSHOT_SCHEMA,
         "group_id": snapshot.group_id,
@@ -107,6 +113,7 @@ def snapshot_document(snapshot: GroupSnapshot) -> dict[str, Any]:
         "next_probe_reason": snapshot.next_probe_reason,
         "creator": snapshot.creator,
         "unsynced": list(snapshot.unsynced) if snapshot.unsynced is not None else None,
+        **memory,
         "members": [
             {
                 "member_id": m.member_id,
@@ -148,6 +155,9 @@ def snapshot_from_document(document: dict[str, Any]) -> GroupSnapshot:
     if document.get("schema") != SNAPSHOT_SCHEMA:
         raise ValueError(f"unsupported snapshot schema {document.get('schema')!r}")
     end_offsets = _parse_task_map(document["end_offsets"])
+    result = parse_result(document["result"], "result") if document["result"] else None
+    # absent: the memory is the assignment (and in snapshots of servers that kept no other)
+    memory = parse_result(document["last_assignment"], "last_assignment") if document.get("last_assignment") else result
     members = []
     for raw in document["members"]:
         lags = raw["lags"]
@@ -180,7 +190,8 @@ def snapshot_from_document(document: dict[str, Any]) -> GroupSnapshot:
         topology=topology_from_json(document["topology"]) if document["topology"] is not None else None,
         config=_config_from_json(document["config"]) if document["config"] is not None else None,
         end_offsets=MappingProxyType(end_offsets),
-        result=parse_result(document["result"], "result") if document["result"] else None,
+        result=result,
+        last_assignment=memory,
         assignment_error=AssignorError(document["assignment_error"]),
         last_rebalance_ms=document["last_rebalance_ms"],
         last_trigger=document["last_trigger"],

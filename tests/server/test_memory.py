@@ -8,15 +8,35 @@ assignment as its previous tasks, so a rebalance moves only what balance needs.
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 from types import MappingProxyType
 
-from assignor.model import LATEST, UNKNOWN, AssignmentResult, ClientAssignment, ClientState, TaskId, TaskSpec
+import assignor
+from assignor.cluster import AssignorError
+from assignor.model import (
+    LATEST,
+    UNKNOWN,
+    AssignmentConfig,
+    AssignmentResult,
+    ClientAssignment,
+    ClientState,
+    StateStore,
+    TaskId,
+    TaskSpec,
+)
+from assignor.topology import SourceTopic, Subtopology, Topology
 from remote_leader.v1 import assignment_pb2 as apb
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
+from server.effects import ComputeAssignment
+from server.group import Group, GroupSettings, GroupState
 from server.memory import with_remembered_tasks
+from server.model import JoinGroupRequest, LeaveGroupRequest, Subscription, SyncGroupRequest
+from server.store import snapshot_document, snapshot_from_document
+from server.timers import FakeClock
 from tests.server.harness import LATEST as REPORTED_LATEST
-from tests.server.harness import rebalance, settle
+from tests.server.harness import rebalance, running_server, settle
 
 INITIAL_DELAY_MS = 3_000
 
@@ -94,6 +114,105 @@ async def test_a_member_leaving_moves_only_its_own_tasks(leader):
     # the leaver's stateful tasks go to the members holding its standbys (state of unknown size
     # beats none, KIP-441 property 1); nobody else gives up anything it ran
     assert all(set(w.active()) >= {t for t, owner in before.items() if owner == w.process_id} for w in workers)
+
+
+# ---- a generation without an assignment forgets nothing ------------------------------------
+
+
+async def _the_assignor_fails(leader, workers) -> None:
+    """Everyone rejoins and the assignor fails (its worker process died twice, say): every
+    member gets ASSIGNMENT_ERROR and no tasks."""
+    coordinator = leader.server.coordinator
+    solve = coordinator.assign
+
+    async def failing(problem):
+        raise RuntimeError("the assignor's worker process died")
+
+    coordinator.assign = failing
+    try:
+        await _everyone_rejoins(leader, workers)
+    finally:
+        coordinator.assign = solve
+    for w in workers:
+        assert w.assignment.error_code == epb.ASSIGNOR_ERROR_ASSIGNMENT_ERROR and not w.active() and not w.standby()
+
+
+async def test_a_generation_the_assignor_failed_does_not_forget_who_ran_what(leader):
+    """A helper's find: the memory was the current generation's assignment, which a failed
+    assignor leaves empty, so the next rebalance had no previous owner for anyone who reports no
+    lags: 20 of 60 actives stayed. The memory is the last assignment computed; the failed
+    generation's own answer stays empty (no stale KIP-535 routes: its members were given no
+    tasks)."""
+    workers = await _formed_group(leader)
+    before_actives, before_standbys = _actives(workers), _standbys(workers)
+    await _the_assignor_fails(leader, workers)
+    route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="store0", partition=0))
+    assert route.error_code == epb.ERROR_CODE_UNKNOWN_PARTITION
+    described = (await leader.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
+    assert described.assignment_error == epb.ASSIGNOR_ERROR_ASSIGNMENT_ERROR
+    assert not any(m.active or m.standby or m.warmup for m in described.members)
+    await _everyone_rejoins(leader, workers)
+    assert _actives(workers) == before_actives
+    assert _standbys(workers) == before_standbys
+
+
+async def test_the_memory_outlives_a_failed_generation_across_a_restart(tmp_path):
+    """The same over a restart (or a failover): the snapshot of the failed generation holds the
+    memory beside its empty assignment."""
+    state, clock = tmp_path / "state", FakeClock()
+    async with running_server(state, clock=clock) as first:
+        workers = await _formed_group(first)
+        before_actives, before_standbys = _actives(workers), _standbys(workers)
+        await _the_assignor_fails(first, workers)
+    async with running_server(state, clock=clock) as second:
+        for w in workers:
+            w.stub = second.stub
+        await _everyone_rejoins(second, workers)
+        assert _actives(workers) == before_actives
+        assert _standbys(workers) == before_standbys
+    with sqlite3.connect(state / "state.db") as db:  # a computed assignment is the memory: stored once
+        (document,) = db.execute("SELECT snapshot FROM groups WHERE group_id = 'app'").fetchone()
+    assert json.loads(document)["result"] and "last_assignment" not in json.loads(document)
+
+
+TOPOLOGY = Topology((Subtopology(0, (SourceTopic("in", 4),), (StateStore("counts", logged=True),)),))
+
+
+def _join(member_id: str = "", error: AssignorError = AssignorError.NONE) -> JoinGroupRequest:
+    subscription = Subscription(2, 2, "process-m1", TOPOLOGY, AssignmentConfig(), error_code=error)
+    return JoinGroupRequest("app", member_id, None, 30_000, 30_000, subscription, new_member_id="m1")
+
+
+def _compute(effects) -> ComputeAssignment:
+    (compute,) = [e for e in effects if isinstance(e, ComputeAssignment)]
+    return compute
+
+
+def test_a_requested_shutdown_keeps_the_memory_in_the_snapshot_and_an_empty_group_forgets():
+    """SHUTDOWN_REQUESTED ends a generation without the assignor, as incomplete metadata does:
+    the next problem is still built from the last computed assignment, from a restored snapshot
+    too (written beside the empty result; one of an older server, without it, remembers
+    nothing). A group gone Empty forgets: nobody runs anything, and the next member may bring
+    another application."""
+    group = Group("app", GroupSettings(initial_rebalance_delay_ms=0))
+    problem = _compute(group.join(_join(), 1, 0).effects).inputs.build()
+    computed = assignor.solve(problem)
+    group.assignment_computed(1, problem, computed, "", 1.0, 10)
+    group.sync(SyncGroupRequest("app", "m1", None, 1), 20)
+    group.join(_join("m1", AssignorError.SHUTDOWN_REQUESTED), 2, 30)
+    assert (group.generation, group.assignment_error, group.result) == (2, AssignorError.SHUTDOWN_REQUESTED, None)
+    document = json.loads(json.dumps(snapshot_document(group.snapshot())))
+    assert document["result"] is None and document["last_assignment"]["clients"]["process-m1"]["active"]
+    for saved, remembered in ((document, computed.clients), ({k: v for k, v in document.items() if k != "last_assignment"}, None)):
+        restored = Group.from_snapshot(snapshot_from_document(saved), GroupSettings(initial_rebalance_delay_ms=0))
+        assert restored.state is GroupState.COMPLETING_REBALANCE and restored.result is None
+        restored.restored(40)
+        last = _compute(restored.join(_join("m1"), 3, 50).effects).inputs.last
+        assert (last.clients if last else None) == remembered
+    group.sync(SyncGroupRequest("app", "m1", None, 2), 40)
+    group.leave(LeaveGroupRequest("app", "m1", None), 50)
+    assert group.state is GroupState.EMPTY
+    assert _compute(group.join(_join(), 3, 60).effects).inputs.last is None
 
 
 # ---- which source wins (docs/protocol.md, "Previous tasks") -----------------------------------
