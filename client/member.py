@@ -93,6 +93,8 @@ _FATAL = frozenset({
     epb.ERROR_CODE_INVALID_SESSION_TIMEOUT, epb.ERROR_CODE_INVALID_GROUP_ID,
 })
 _LOCK_HOLDER = "member"
+CLOSE_GRACE_S = 5.0
+"""How long close() waits for a cancelled assignment callback to finish."""
 #: MOVED as the names a RoutingError carries.
 _MOVED_NAMES = frozenset(epb.ErrorCode.Name(code) for code in MOVED)
 
@@ -385,7 +387,9 @@ class GroupMember:
 
     async def close(self, *, leave: bool = True, will_come_back: bool = False) -> None:
         """Stop. Leaves the group unless told not to, or unless this static member will come back
-        (then the leader keeps its place for the session timeout: no rebalance on a restart)."""
+        (then the leader keeps its place for the session timeout: no rebalance on a restart).
+        An assignment callback still running is cancelled and given ``CLOSE_GRACE_S`` to finish;
+        one that ignores the cancellation is left running, and the cleanup lock released anyway."""
         if self.state == MemberState.CLOSED and self._task is None:
             return
         self._closing.set()
@@ -394,6 +398,7 @@ class GroupMember:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        await self._stop_applying()
         static_return = will_come_back and self.config.group_instance_id is not None
         if will_come_back and self.config.group_instance_id is None:
             self._log.warning("member.close.dynamic_cannot_come_back")
@@ -427,27 +432,36 @@ class GroupMember:
         try:
             while not self._closing.is_set():
                 await self._join_and_sync()
-                try:
-                    await self._heartbeat_until_rejoin()
-                except BaseException:
-                    if self._applying is not None:
-                        self._applying.cancel()
-                    raise
-                if self._applying is not None:
+                await self._heartbeat_until_rejoin()
+                if self._applying is not None and not self._closing.is_set():
                     # A rejoin waits until the assignment is applied: it takes the lock again.
-                    await self._applying
+                    # Shielded, and not once closing (close's wake can win over its cancellation
+                    # in asyncio.wait_for): stopping the apply is close()'s, within its grace.
+                    await asyncio.shield(self._applying)
         except asyncio.CancelledError:
             raise
-        except MemberError as error:
-            self._log.error("member.stopped", code=error.code, message=error.message)
-            self.error = error
-            self._release_lock()
-            self._set_state(MemberState.CLOSED)
         except Exception as error:  # surfaced, not swallowed: the worker sees member.error
-            self._log.exception("member.crashed")
+            if isinstance(error, MemberError):
+                self._log.error("member.stopped", code=error.code, message=error.message)
+            else:
+                self._log.exception("member.crashed")
             self.error = error
-            self._release_lock()
             self._set_state(MemberState.CLOSED)
+            await self._stop_applying()
+            self._release_lock()
+
+    async def _stop_applying(self) -> None:
+        """Cancel the assignment being applied and wait up to ``CLOSE_GRACE_S`` for its callback.
+        One that swallows the cancellation (it held close() for good) is left to run on, logged,
+        and changes nothing more (``_apply``); the caller releases the lock, so that a later
+        member sharing it is not held back by a callback that may never return."""
+        applying, self._applying = self._applying, None
+        if applying is None or applying.done():
+            return
+        applying.cancel()
+        done, _ = await asyncio.wait({applying}, timeout=CLOSE_GRACE_S)
+        if not done:
+            self._log.warning("member.assignment.callback_abandoned", generation=self.generation, grace_s=CLOSE_GRACE_S)
 
     async def _backoff(self, attempt: int) -> None:
         base = min(self.config.retry_backoff_max_ms, self.config.retry_backoff_ms * 2 ** min(attempt, 16))
@@ -628,6 +642,8 @@ class GroupMember:
         finally:
             # KIP-441: release only once the assignment is applied (onPartitionsAssigned).
             self._release_lock()
+        if self._applying is not asyncio.current_task():  # stopped, its cancellation swallowed
+            return
         self._set_state(MemberState.STABLE)
         if commonly_supported_version > self._version:
             self._version = min(commonly_supported_version, LATEST_SUPPORTED_VERSION)
@@ -643,6 +659,11 @@ class GroupMember:
         return codec.lag_report({task: lag for task, lag in lags.items() if task in assigned}, age_ms)
 
     async def _heartbeat_until_rejoin(self) -> None:
+        """Heartbeat the generation in hand until a rejoin is due and the member is ready for it:
+        the assignment in hand applied, then the cleanup lock taken again (KIP-441: before the
+        lags of the JoinGroup are read). Heartbeats go on while it waits for either, and the
+        leader, answering REBALANCE_IN_PROGRESS, keeps the session: waiting without them, the
+        member was expired while it applied, or while a cleaner held the lock (audits' finds)."""
         interval = self.config.heartbeat_interval_ms / 1000
         # A third of the session (at least an interval): a paused replica is given up on while the
         # session lives, so the member reaches the group's new owner in its generation. Waiting
@@ -651,54 +672,65 @@ class GroupMember:
                                   max(interval, self.config.session_timeout_ms / 3000))
         last_ok = time.monotonic()
         attempt = 0
-        rejoin_once_applied = False
-        while not self._closing.is_set():
-            if self._rejoin_now or (rejoin_once_applied and self._applied()):
-                self._rejoin_now = False
-                return
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval)
-                continue  # woken: closing, or a rejoin asked for
-            request = self._with_instance(pb.HeartbeatRequest(
-                group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation,
-                lags=self._heartbeat_lags()))
-            try:
-                response = await self._stub.Heartbeat(request, timeout=heartbeat_timeout_s)
-            except grpc.aio.AioRpcError as error:
-                if error.code() not in _TRANSIENT:
-                    raise self._fatal_rpc(error) from None
-                attempt += 1
-                if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
-                    self._log.warning("member.heartbeat.session_lost", code=error.code().name)
+        rejoin_due = False
+        locking: asyncio.Task | None = None
+        try:
+            while not self._closing.is_set():
+                if self._rejoin_now:
+                    self._rejoin_now, rejoin_due = False, True
+                if rejoin_due and self._applied():
+                    if locking is None:
+                        locking = asyncio.create_task(self._take_lock())
+                        locking.add_done_callback(lambda _: self._wake.set())
+                        if self.lock.locked():
+                            self._log.info("member.rejoin.awaiting_lock", holder=self.lock.holder)
+                    if locking.done():
+                        return
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), interval)
+                    continue  # woken: closing, applied, the lock taken, or a rejoin asked for
+                request = self._with_instance(pb.HeartbeatRequest(
+                    group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation,
+                    lags=self._heartbeat_lags()))
+                try:
+                    response = await self._stub.Heartbeat(request, timeout=heartbeat_timeout_s)
+                except grpc.aio.AioRpcError as error:
+                    if error.code() not in _TRANSIENT:
+                        raise self._fatal_rpc(error) from None
+                    attempt += 1
+                    if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
+                        self._log.warning("member.heartbeat.session_lost", code=error.code().name)
+                        return
+                    # The replica did not answer: ask the others first, it may be paused
+                    await self._link.rediscover(current_last=True)
+                    continue
+                if response.error_code == epb.ERROR_CODE_NONE:
+                    last_ok, attempt = time.monotonic(), 0
+                    self.heartbeat_ok_at = last_ok
+                    if response.HasField("next_rebalance_ms") != (self._assignment.next_rebalance_ms is not None) or (
+                            response.HasField("next_rebalance_ms")
+                            and response.next_rebalance_ms != self._assignment.next_rebalance_ms):
+                        self._note_next_rebalance(
+                            response.next_rebalance_ms if response.HasField("next_rebalance_ms") else None)
+                    continue
+                if response.error_code in MOVED:  # keep heartbeating, at the group's owner
+                    attempt += 1
+                    if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
+                        return
+                    await self._moved(response, attempt)
+                    continue
+                if response.error_code in _REJOIN:  # the same answer every heartbeat until the member rejoins
+                    if not rejoin_due:
+                        self._log.info("member.heartbeat.rejoin", code=epb.ErrorCode.Name(response.error_code),
+                                       message=response.error_message)
+                    rejoin_due = True
+                    continue
+                if not await self._handle_code(response.error_code, response.error_message, "heartbeat", attempt):
                     return
-                # The replica did not answer: ask the others first, it may be paused
-                await self._link.rediscover(current_last=True)
-                continue
-            if response.error_code == epb.ERROR_CODE_NONE:
-                last_ok, attempt = time.monotonic(), 0
-                self.heartbeat_ok_at = last_ok
-                if response.HasField("next_rebalance_ms") != (self._assignment.next_rebalance_ms is not None) or (
-                        response.HasField("next_rebalance_ms")
-                        and response.next_rebalance_ms != self._assignment.next_rebalance_ms):
-                    self._note_next_rebalance(response.next_rebalance_ms if response.HasField("next_rebalance_ms") else None)
-                continue
-            if response.error_code in MOVED:  # keep heartbeating, at the group's owner
-                attempt += 1
-                if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
-                    return
-                await self._moved(response, attempt)
-                continue
-            if response.error_code == epb.ERROR_CODE_REBALANCE_IN_PROGRESS and not self._applied():
-                # Rejoined only once the assignment in hand is applied (the lock): heartbeats,
-                # which the leader answers the same way, keep the session meanwhile. Left to wait
-                # without them, the member was expired while it applied (an audit's find).
-                if not rejoin_once_applied:
-                    self._log.info("member.heartbeat.rejoin_once_applied")
-                rejoin_once_applied = True
-                continue
-            if not await self._handle_code(response.error_code, response.error_message, "heartbeat", attempt):
-                return
+        finally:
+            if locking is not None:
+                locking.cancel()  # no rejoin after all (closing, a fatal answer): stop waiting for the lock
 
     def _applied(self) -> bool:
         """Whether the assignment in hand is applied (its callback returned, the lock released)."""

@@ -14,7 +14,7 @@ from assignor.topology import Subtopology, Topology
 from client.lags import CheckpointLagSource, StaticLagSource
 from client.member import GroupMember, MemberError, RoutingError, route_query
 from client.sidecar import SidecarLagSource
-from client.state import StateCleaner, StateDirectory
+from client.state import StateCleaner, StateCleanupLock, StateDirectory
 from remote_leader.v1.group_leader_pb2_grpc import GroupLeaderStub
 from tests.client.conftest import HEARTBEAT_MS, SESSION_MS, close_all, member_config, start_leader, topology
 
@@ -108,6 +108,79 @@ async def test_a_rebalance_that_starts_while_a_member_applies_is_joined_once_it_
         assert set(slow.assignment.active) | set(newcomer.assignment.active) == ALL
     finally:
         await close_all([m for m in (slow, newcomer) if m is not None])
+
+
+async def test_a_member_waiting_for_a_cleaner_s_lock_to_rejoin_keeps_its_session(leader):
+    """An earlier session's find: a member that had to rejoin waited for the cleanup lock (KIP-441:
+    it reads its lags under it) without heartbeating, so a cleaner holding the lock past the
+    session timeout got the member expired: it rejoined as a new member, one more rebalance,
+    its tasks moved meanwhile. It heartbeats while it waits and keeps its member id."""
+    generations = []
+    timeouts = dict(rebalance_timeout_ms=10 * SESSION_MS)
+    first = GroupMember(leader.address, member_config("held", 0, **timeouts), StaticLagSource(),
+                        on_assignment=lambda change: generations.append(change.current.generation))
+    await first.start()
+    newcomer = None
+    try:
+        await first.wait_for_assignment(timeout=10)
+        member_id = first.member_id
+        async with first.lock.hold(StateCleaner.HOLDER):
+            newcomer = GroupMember(leader.address, member_config("held", 1, **timeouts), StaticLagSource())
+            await newcomer.start()
+            await asyncio.sleep(3 * SESSION_MS / 1000)
+            group = await leader.describe("held")
+            assert member_id in {m.member_id for m in group.members}  # not expired
+            assert first.assignment.generation == 1 and generations == [1]  # still waiting to rejoin
+        generation = await converged([first, newcomer], timeout=20)
+        assert generation == 2 and generations == [1, 2]  # one rebalance, joined with its place
+        assert first.member_id == member_id and first.error is None and newcomer.error is None
+        assert set(first.assignment.active) | set(newcomer.assignment.active) == ALL
+        assert not set(first.assignment.active) & set(newcomer.assignment.active)
+        for member in (first, newcomer):  # each task active on one, its standby on the other
+            assert set(member.assignment.active) | set(member.assignment.standby) == ALL
+    finally:
+        await close_all([m for m in (first, newcomer) if m is not None])
+
+
+async def test_close_is_bounded_when_the_callback_swallows_its_cancellation(leader):
+    """A callback that catches CancelledError made close() wait for it forever. close() gives it
+    a grace, then leaves it running and releases the cleanup lock: a later member sharing the
+    lock joins, and the callback, when it does return, changes nothing of either."""
+    applying, swallowed, finish = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def stubborn(change):
+        applying.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.set()
+        await finish.wait()
+
+    lock = StateCleanupLock()
+    member = GroupMember(leader.address, member_config("stubborn", 0), StaticLagSource(), lock=lock,
+                         on_assignment=stubborn)
+    later = closing = None
+    try:
+        await member.start()
+        await asyncio.wait_for(applying.wait(), 10)
+        # not wait_for: on its timeout it cancels close() and waits for that, which hung too
+        closing = asyncio.create_task(member.close())
+        done, _ = await asyncio.wait({closing}, timeout=10)  # the grace, 5 s, then LeaveGroup
+        assert done, "close() waits for a callback that swallowed its cancellation"
+        assert swallowed.is_set() and member.state.value == "closed" and not lock.locked()
+        later = GroupMember(leader.address, member_config("stubborn", 1), StaticLagSource(), lock=lock)
+        await later.start()
+        await later.wait_for_assignment(timeout=10)
+        async with lock.hold(StateCleaner.HOLDER):
+            finish.set()
+            await asyncio.sleep(0.1)  # the abandoned callback returns
+            assert lock.holder == StateCleaner.HOLDER and member.state.value == "closed"
+    finally:
+        finish.set()
+        if closing is not None and not closing.done():  # still waiting: the callback's cancellation is owed
+            closing.cancel()
+            await asyncio.gather(closing, return_exceptions=True)
+        await close_all([m for m in (member, later) if m is not None])
 
 
 async def test_two_live_workers_given_one_process_id_end_with_one_fenced_not_a_rebalance_storm(leader):
@@ -228,7 +301,11 @@ async def test_a_restarted_leader_hears_the_last_report_again(tmp_path):
         port = probe.getsockname()[1]
     state = tmp_path / "leader"
     server = await start_leader(state, listen=f"127.0.0.1:{port}")
-    member = GroupMember(f"127.0.0.1:{port}", member_config("g", 0, partitions=2), StaticLagSource())
+    # a session longer than gRPC's reconnect backoff (about 1 s): heard by a heartbeat, not a
+    # rejoin after the session lapsed (which carries the lags too, and let the test pass or
+    # fail by the reconnect's timing)
+    member = GroupMember(f"127.0.0.1:{port}", member_config("g", 0, partitions=2, session_timeout_ms=5_000),
+                         StaticLagSource())
     await member.start()
     try:
         await converged([member])
