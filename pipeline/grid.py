@@ -48,6 +48,14 @@ class Plan:
     runs: tuple[RunSpec, ...]
     skipped: tuple[str, ...]
     axes: tuple[str, ...]  # the run-table columns that vary across the grid
+    unrunnable: tuple[str, ...] = ()  # why combinations were skipped: each reason once, in grid order
+
+    def nothing_runnable(self) -> str:
+        """Why a plan has no run (every combination was skipped), for the refusal's message: the
+        first few reasons, and how many more."""
+        shown = "; ".join(self.unrunnable[:3]) or "no combination"
+        more = len(self.unrunnable) - 3
+        return f"{shown}; and {more} more" if more > 0 else shown
 
 
 def load_grid(path: str | Path) -> Plan:
@@ -88,6 +96,7 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
     if len(events_raw) > MAX_RUNS:
         raise InvalidSpec("events", f"expected at most {MAX_RUNS} events, got {len(events_raw)}")
     events = [ScalingEvent.parse(e) for e in events_raw]
+    _refuse_repeats("events", [e.label() for e in events])
     per_start = (len(events), _size(config_axes), repetitions)
     _check_size(_size(group_axes), per_start, timing)
     configs = [_build("configs", SimConfig, point) for point in _product(config_axes)]
@@ -123,11 +132,12 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
                 point = dict(zip(_LOGGED_START_AXES, values, strict=True))
                 starts.append((f"log:{group_id}", point, (record, _build("group", Rates, point))))
 
-    runs, skipped = [], []
+    runs, skipped, unrunnable = [], [], {}
     for (start, point, shape), event in itertools.product(starts, events):
         problem = _unrunnable(shape, event)
         if problem:
-            skipped.append(f"{start} {_describe(point)} {event.label()}: {problem}")
+            skipped.append(" ".join(filter(None, (start, _describe(point), event.label()))) + f": {problem}")
+            unrunnable.setdefault(problem)
             continue
         for rep, config in itertools.product(range(repetitions), configs):
             seed = run_seed(start, sorted(point.items()), event.label(), rep)
@@ -145,7 +155,7 @@ def expand_grid(document: Any, base: Path = Path(".")) -> Plan:
         varying.append("event")
     if from_log:
         varying.append("start")
-    return Plan(name, tuple(runs), tuple(skipped), tuple(varying))
+    return Plan(name, tuple(runs), tuple(skipped), tuple(varying), tuple(unrunnable))
 
 
 def _section(document: Mapping[str, Any], name: str, expected: str) -> Mapping[str, Any]:
@@ -186,8 +196,22 @@ def _axes(section: str, raw: Any, cls: type) -> dict[str, list[Any]]:
         values = value if isinstance(value, list) else [value]
         if not values:
             raise InvalidSpec(f"{section}.{key}", "an axis needs at least one value")
+        _refuse_repeats(f"{section}.{key}", values)
         axes[key] = values
     return axes
+
+
+def _refuse_repeats(name: str, values: Sequence[Any]) -> None:
+    """A value given twice on one axis (``clients: [6, 6]``, ``scale_out:1`` twice) would be the
+    same runs twice, with the same seeds and ``run_id``s: joins on ``run_id`` would multiply rows
+    and the config aggregates count them twice. Refused, naming the axis and the value (equal
+    numbers are one value: 6 and 6.0 run alike)."""
+    seen = set()
+    for value in values:
+        key = (type(value) is bool, value if isinstance(value, int | float | str) else repr(value))
+        if key in seen:
+            raise InvalidSpec(name, f"{value!r} is given twice; each value of an axis is one set of runs")
+        seen.add(key)
 
 
 def _product(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -213,9 +237,9 @@ def _unrunnable(shape: Any, event: ScalingEvent) -> str:
     if not isinstance(shape, GroupShape):
         return ""
     if event.kind == "lose_rack" and shape.racks < 2:
-        return "lose_rack needs racks >= 2"
+        return f"lose_rack needs group.racks >= 2, got {shape.racks}"
     if event.kind == "scale_in" and event.count >= shape.clients:
-        return f"scale_in:{event.count} would remove every client"
+        return f"scale_in:{event.count} would remove every client of group.clients {shape.clients}"
     return ""
 
 

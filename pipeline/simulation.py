@@ -30,7 +30,10 @@ The time model (documented in docs/pipeline.md):
 - The starting group is the assignor's own fixpoint, settled by ``assignor.convergence.settle``
   as the convergence tests settle theirs.
 - Settled: every scheduled member event has happened, the last assignment needed no probing
-  rebalance, and every active has finished restoring.
+  rebalance, and every active has finished restoring. A run given up (``Timing``) is simulated up
+  to ``max_simulated_s``, or out of rebalances up to the next rebalance it would need.
+- Warm-ups (``peak_warmups``, a step's ``warmups``): replicas warming up for a planned move, the
+  warm-up replicas and the standbys doubling as warm-ups (``assignor.probing.warming_replicas``).
 """
 
 from __future__ import annotations
@@ -683,7 +686,12 @@ class _Run:
 
         "Nothing left to do" is checked before the rebalance budget, so a run that settles on its
         last allowed rebalance is settled; and a run is settled only if its actives finish
-        restoring within ``max_simulated_s`` too (otherwise it is simulated up to the bound)."""
+        restoring within ``max_simulated_s`` too.
+
+        A run given up is still simulated up to where it stops, restoring and counting downtime
+        meanwhile: up to ``max_simulated_s``, or, out of rebalances, up to the next rebalance it
+        would need (when that comes sooner). Stopping the clock at the last rebalance instead
+        left an unsettled run's restoration and downtime uncounted (0 task·s while tasks were down)."""
         self._schedule_event()
         timing = self.spec.timing
         bound = _ms(timing.max_simulated_s)
@@ -695,10 +703,11 @@ class _Run:
             if not candidates:
                 settled = True
                 break
-            if len(self.steps) >= timing.max_rebalances:
-                break
             when, _, action, client = min(candidates)
-            if when > bound:
+            if len(self.steps) >= timing.max_rebalances or when > bound:
+                stop = min(when, bound)
+                _advance(self.world, stop - self.now, self.totals)
+                self.now = max(self.now, stop)
                 break
             _advance(self.world, when - self.now, self.totals)
             self.now = when
@@ -821,7 +830,9 @@ class _Run:
         moved = _apply(world, result)
         self.tasks_moved += moved
         self.last_result = result
-        warmups = sum(len(ca.warmup) for ca in result.clients.values())
+        # KIP-441's warm-ups: every replica restoring for a planned move, i.e. the warm-up
+        # replicas and the standbys doubling as warm-ups (the set the early probe watches).
+        warmups = len(warming_replicas(result))
         self.peak_warmups = max(self.peak_warmups, warmups)
         self.probe = self._next_probe(result)
         counts, threads = self._active_counts()

@@ -279,7 +279,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"simulate: {problem}", file=sys.stderr)
         return 2
     if not plan.runs:
-        print("simulate: the grid expands to no runnable runs", file=sys.stderr)
+        print(f"simulate: the grid expands to no runnable runs: {plan.nothing_runnable()}", file=sys.stderr)
         discard_out(args.out, existed)
         return 2
     print(f"grid {plan.name!r}: {len(plan.runs)} runs, {len(plan.skipped)} combinations skipped", file=sys.stderr)

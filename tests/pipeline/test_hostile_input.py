@@ -335,5 +335,6 @@ def test_a_grid_with_no_runnable_run_leaves_no_out_behind(tmp_path, capsys, spar
     grid.write_text("events: [lose_rack]\ngroup: {clients: 2, racks: 1}\n")
     out = tmp_path / "out"
     assert main(["simulate", "--grid", str(grid), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == "simulate: the grid expands to no runnable runs\n"
+    assert capsys.readouterr().err == ("simulate: the grid expands to no runnable runs: "
+                                       "lose_rack needs group.racks >= 2, got 1\n")
     assert not out.exists()

@@ -151,6 +151,81 @@ def test_a_run_still_restoring_at_max_simulated_s_is_not_settled():
     assert row["simulated_s"] == 60.0
 
 
+# 4 clients on 2 racks, standbys lagging: a scale-in's first rebalance leaves 3 actives restoring
+# and needs a probing rebalance (no early probe: at 600 s); every restoration ends before 300 s.
+LAGGING = GroupShape(clients=4, racks=2, subtopologies=2, partitions=6, standbys=1, lag="uniform:50000:200000")
+
+
+def _lagging_scale_in(timing: Timing) -> tuple[dict, list[dict]]:
+    return run_rows(RunSpec("r", run_seed(4, "scale_in:1"), ScalingEvent("scale_in", 1), SimConfig(early_probe=False),
+                            timing, shape=LAGGING))
+
+
+def test_a_run_given_up_at_max_simulated_s_is_simulated_up_to_the_bound():
+    """Unsettled at 300 s (the probe is due at 600 s), the run still restores and counts its
+    downtime until 300 s: the same task·s and offsets as the unbounded run, whose restoration
+    ends before then; the clock stopped at the last rebalance (t=0) counted none."""
+    full, _ = _lagging_scale_in(Timing())
+    row, steps = _lagging_scale_in(Timing(max_simulated_s=300))
+    assert steps[0]["tasks_down"] > 0 and full["settled"] and full["downtime_task_s"] > 0
+    assert not row["settled"] and row["settle_time_s"] is None and row["simulated_s"] == 300.0
+    assert row["downtime_task_s"] == pytest.approx(full["downtime_task_s"])
+    assert row["offsets_restored"] == pytest.approx(full["offsets_restored"])
+
+
+def test_a_run_out_of_rebalances_is_simulated_up_to_the_rebalance_it_would_need():
+    """max_rebalances=1: the run stops where its second rebalance (the probing rebalance at
+    600 s) would be, having restored and counted downtime until then."""
+    full, _ = _lagging_scale_in(Timing())
+    row, _ = _lagging_scale_in(Timing(max_rebalances=1))
+    assert row["rebalances"] == 1 and not row["settled"] and row["simulated_s"] == 600.0
+    assert row["downtime_task_s"] == pytest.approx(full["downtime_task_s"])
+    assert row["offsets_restored"] == pytest.approx(full["offsets_restored"])
+
+
+@pytest.mark.parametrize("lag", ["in_sync", "uniform:50000:200000"])
+def test_every_active_moved_by_a_probe_was_warming_up_at_the_rebalance_before(lag):
+    """KIP-441: an active moves only to a replica that warmed up for it. With lagging standbys
+    the assignor warms a standby up as the warm-up of its move (standby_as_warmup), outside the
+    max_warmup_replicas budget: those count as warm-ups too (they once counted 0 while 3
+    actives moved)."""
+    shape = GroupShape(clients=6, racks=3, subtopologies=1, partitions=12, standbys=1, lag=lag)
+    row, steps = run_rows(RunSpec("r", run_seed(6, lag), ScalingEvent("scale_out", 3),
+                                  SimConfig(max_warmup_replicas=1, early_probe=False), shape=shape))
+    assert row["settled"] and row["downtime_task_s"] == 0.0 and row["tasks_moved"] > 0
+    for before, probe in zip(steps, steps[1:], strict=False):
+        assert probe["trigger"] == "probing_rebalance"
+        assert probe["moved"] <= before["warmups"], (before, probe)
+    assert row["peak_warmups"] == max(s["warmups"] for s in steps) > 0
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "value"),
+    [
+        pytest.param({"group": {"clients": [6, 6]}}, "group.clients", "6", id="group-axis"),
+        pytest.param({"group": {"restore_rate": [10_000, 10_000.0]}}, "group.restore_rate", "10000.0", id="equal-numbers"),
+        pytest.param({"events": ["scale_out:1", "scale_out:1"]}, "events", "'scale_out:1'", id="event"),
+        pytest.param({"events": ["scale_out:1", "scale_out:01"]}, "events", "'scale_out:1'", id="same-event-spelled-apart"),
+        pytest.param({"configs": {"max_warmup_replicas": [1, 2, 1]}}, "configs.max_warmup_replicas", "1", id="config-axis"),
+    ],
+)
+def test_a_value_given_twice_on_an_axis_is_refused_naming_it(change, field, value):
+    """A repeated value is the same runs twice with the same seeds and run_ids: joins on run_id
+    would multiply rows and aggregates count them twice."""
+    with pytest.raises(InvalidSpec) as raised:
+        expand_grid({**GOOD, **change})
+    assert raised.value.field == field and raised.value.message.startswith(f"{value} is given twice")
+
+
+def test_a_grid_with_nothing_runnable_says_why():
+    """Every combination skipped: the refusal names each reason, with the field at fault."""
+    plan = expand_grid({"group": {"clients": 3, "racks": 1}, "events": ["lose_rack", "scale_in:3"]})
+    assert plan.runs == ()
+    assert plan.nothing_runnable() == ("lose_rack needs group.racks >= 2, got 1; "
+                                       "scale_in:3 would remove every client of group.clients 3")
+    assert plan.skipped[0] == "generated clients=3,racks=1 lose_rack: lose_rack needs group.racks >= 2, got 1"
+
+
 def test_restarting_the_only_client_leaves_every_task_down_until_it_is_back():
     """No member, no rebalance: the 4 tasks are down for the 30 s restart, then run again from
     the state the client kept (the changelog did not grow)."""
