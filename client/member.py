@@ -296,6 +296,7 @@ class GroupMember:
         self._changed = asyncio.Event()
         self._closing = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._closed: asyncio.Task | None = None  # close()'s work, once: ``close``
         self._watchers: set[asyncio.Queue[AssignmentChange | None]] = set()
         self.error: BaseException | None = None
         self.rebalances = 0
@@ -389,9 +390,18 @@ class GroupMember:
         """Stop. Leaves the group unless told not to, or unless this static member will come back
         (then the leader keeps its place for the session timeout: no rebalance on a restart).
         An assignment callback still running is cancelled and given ``CLOSE_GRACE_S`` to finish;
-        one that ignores the cancellation is left running, and the cleanup lock released anyway."""
-        if self.state == MemberState.CLOSED and self._task is None:
-            return
+        one that ignores the cancellation is left running, and the cleanup lock released anyway.
+
+        The work runs once, in a task of its own: a second close() waits for the first (it
+        released the lock early and closed the channel under it), and a close() cancelled during
+        the grace still finishes (it left the lock held and the member in the group)."""
+        if self._closed is None:
+            if self.state == MemberState.CLOSED and self._task is None:
+                return
+            self._closed = asyncio.get_running_loop().create_task(self._close(leave, will_come_back))
+        await asyncio.shield(self._closed)
+
+    async def _close(self, leave: bool, will_come_back: bool) -> None:
         self._closing.set()
         self._wake.set()
         if self._task is not None:
@@ -454,14 +464,21 @@ class GroupMember:
         """Cancel the assignment being applied and wait up to ``CLOSE_GRACE_S`` for its callback.
         One that swallows the cancellation (it held close() for good) is left to run on, logged,
         and changes nothing more (``_apply``); the caller releases the lock, so that a later
-        member sharing it is not held back by a callback that may never return."""
-        applying, self._applying = self._applying, None
-        if applying is None or applying.done():
+        member sharing it is not held back by a callback that may never return. The apply stays
+        known until the wait is over: a caller interrupted meanwhile (close() cancelling the
+        fatal path's wait) leaves it to the next, which waits its own grace."""
+        applying = self._applying
+        if applying is None:
             return
-        applying.cancel()
-        done, _ = await asyncio.wait({applying}, timeout=CLOSE_GRACE_S)
-        if not done:
-            self._log.warning("member.assignment.callback_abandoned", generation=self.generation, grace_s=CLOSE_GRACE_S)
+        if not applying.done():
+            if not applying.cancelling():  # cancelled once: a second would cut its clean-up short
+                applying.cancel()
+            done, _ = await asyncio.wait({applying}, timeout=CLOSE_GRACE_S)
+            if not done:
+                self._log.warning("member.assignment.callback_abandoned", generation=self.generation,
+                                  grace_s=CLOSE_GRACE_S)
+        if self._applying is applying:
+            self._applying = None
 
     async def _backoff(self, attempt: int) -> None:
         base = min(self.config.retry_backoff_max_ms, self.config.retry_backoff_ms * 2 ** min(attempt, 16))
@@ -482,12 +499,18 @@ class GroupMember:
 
     def _measured_lags(self) -> tuple[Mapping[TaskId, Lag], int]:
         """The lag source's task lags and their age (``client.lags.lags_age_ms``); a broken
-        source must not stop the member: it reports no state."""
+        source must not stop the member: it reports no state (and lags of an age it cannot
+        tell, as measured now)."""
         try:
-            return self.lag_source.task_lags(), lags_age_ms(self.lag_source)
+            lags = self.lag_source.task_lags()
         except Exception:
             self._log.exception("member.lags.failed")
             return {}, 0
+        try:
+            return lags, lags_age_ms(self.lag_source)
+        except Exception:
+            self._log.exception("member.lags_age.failed")
+            return lags, 0
 
     def _subscription(self) -> pb.Subscription:
         cfg = self.config
@@ -642,8 +665,8 @@ class GroupMember:
         finally:
             # KIP-441: release only once the assignment is applied (onPartitionsAssigned).
             self._release_lock()
-        if self._applying is not asyncio.current_task():  # stopped, its cancellation swallowed
-            return
+        if self._applying is not asyncio.current_task() or self.state is MemberState.CLOSED or self._closing.is_set():
+            return  # stopped (closing, a fatal error), its cancellation swallowed
         self._set_state(MemberState.STABLE)
         if commonly_supported_version > self._version:
             self._version = min(commonly_supported_version, LATEST_SUPPORTED_VERSION)

@@ -183,6 +183,80 @@ async def test_close_is_bounded_when_the_callback_swallows_its_cancellation(lead
         await close_all([m for m in (member, later) if m is not None])
 
 
+def _cleaning_callback(applying: asyncio.Event, cleaned: asyncio.Event, clean_s: float = 1.0):
+    """A cooperative callback: on cancellation it closes its stores for ``clean_s``, then stops."""
+    async def callback(change):
+        if change.current.generation < 1:
+            return
+        applying.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(clean_s)
+            cleaned.set()
+            raise
+    return callback
+
+
+async def test_close_after_a_fatal_error_gives_the_callback_its_grace_under_the_lock(leader):
+    """An audit's find: a member fenced while its callback ran, then closed at once (what the
+    sidecar does when the member stops), released the state-cleanup lock at once while the
+    callback still closed its stores: a cleaner could delete them under it."""
+    applying, cleaned = asyncio.Event(), asyncio.Event()
+    lock = StateCleanupLock()
+    member = GroupMember(leader.address, member_config("g", 0, group_instance_id="i1"), StaticLagSource(), lock=lock,
+                         on_assignment=_cleaning_callback(applying, cleaned))
+    fencing = GroupMember(leader.address, member_config("g", 1, group_instance_id="i1"), StaticLagSource())
+    try:
+        await member.start()
+        await asyncio.wait_for(applying.wait(), 15)
+        await fencing.start()
+        with pytest.raises(MemberError, match="FENCED_INSTANCE_ID"):
+            await member.wait_for_assignment(lambda a: False, timeout=15)
+        await member.close()
+        assert cleaned.is_set() and not lock.locked()
+    finally:
+        await close_all([member, fencing])
+
+
+async def test_a_second_or_cancelled_close_neither_frees_the_lock_early_nor_leaks_it(leader):
+    """Audits' finds: a second close() during the first's grace released the lock while the
+    callback still cleaned up (and the first then failed on the channel the second had closed);
+    a close() cancelled during the grace left the lock held and the member in the group."""
+    applying, cleaned = asyncio.Event(), asyncio.Event()
+    lock = StateCleanupLock()
+    member = GroupMember(leader.address, member_config("g", 0), StaticLagSource(), lock=lock,
+                         on_assignment=_cleaning_callback(applying, cleaned))
+    later = None
+    try:
+        await member.start()
+        await asyncio.wait_for(applying.wait(), 15)
+        first = asyncio.create_task(member.close())
+        await asyncio.sleep(0.1)
+        await member.close()
+        assert cleaned.is_set() and not lock.locked()
+        await first  # neither raises
+
+        applying, cleaned = asyncio.Event(), asyncio.Event()
+        lock = StateCleanupLock()
+        member = GroupMember(leader.address, member_config("g", 2), StaticLagSource(), lock=lock,
+                             on_assignment=_cleaning_callback(applying, cleaned, clean_s=2.0))
+        await member.start()
+        await asyncio.wait_for(applying.wait(), 15)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(member.close(), 0.5)  # the caller gives up; the close goes on
+        deadline = time.monotonic() + 10
+        while member.state.value != "closed" or lock.locked():
+            assert time.monotonic() < deadline, (member.state, lock.holder)
+            await asyncio.sleep(0.05)
+        assert cleaned.is_set()
+        later = GroupMember(leader.address, member_config("g", 3), StaticLagSource(), lock=lock)
+        await later.start()
+        await later.wait_for_assignment(timeout=10)
+    finally:
+        await close_all([m for m in (member, later) if m is not None])
+
+
 async def test_two_live_workers_given_one_process_id_end_with_one_fenced_not_a_rebalance_storm(leader):
     """A worker audit's find: the second worker's join superseded the first, which rejoined and
     superseded the second, and so on: 90 generations a second, for good, a third member
@@ -440,6 +514,23 @@ async def test_a_worker_silent_behind_its_sidecar_shows_lags_as_old_as_its_last_
         while (await member.route_query("counts", partition=0)).hosts[0].lag_age_ms >= 5 * HEARTBEAT_MS:
             assert time.monotonic() < deadline, "the new report's age never reached the leader"
             await asyncio.sleep(0.02)
+    finally:
+        await member.close()
+
+
+async def test_a_lag_source_whose_age_fails_still_reports_its_lags(leader):
+    """An audit's find: an age the source could not tell (NaN here; a raise alike) threw the
+    valid lags away with it, and the member reported no state at all."""
+    class NoAge(StaticLagSource):
+        def lags_age_ms(self):
+            return float("nan")
+
+    member = GroupMember(leader.address, member_config("g", 0, partitions=2), NoAge({TaskId(0, 1): 7}))
+    await member.start()
+    try:
+        await converged([member])
+        (view,) = (await leader.describe("g")).members
+        assert {TaskId(e.task.subtopology, e.task.partition): e.lag for e in view.lags}.get(TaskId(0, 1)) == 7
     finally:
         await member.close()
 
