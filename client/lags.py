@@ -62,7 +62,12 @@ def lags_age_ms(source: LagSource) -> int:
     asked): a worker that died behind its sidecar must not look freshly measured to KIP-535
     callers (``LagReport.age_ms``)."""
     age = getattr(source, "lags_age_ms", None)
-    return max(0, int(age())) if age is not None else 0
+    return min(max(0, int(age())), MAX_LAGS_AGE_MS) if age is not None else 0
+
+
+#: The largest age sent (``LagReport.age_ms`` is an int64): a year, older than any report a
+#: worker still stands by.
+MAX_LAGS_AGE_MS = 365 * 24 * 3600 * 1000
 
 
 EndOffsets = Callable[[frozenset[ChangelogPartition]], Mapping[ChangelogPartition, int]]

@@ -418,7 +418,8 @@ class Group:
         offset sums are measured against it get their lags recomputed too. The lags date from
         when they were measured (``LagReport.age_ms``), which KIP-535 callers read as their age."""
         member.report = report
-        member.lags_updated_ms = max(0, now_ms - report.age_ms)
+        # never before the epoch's first millisecond: 0 reads as "never reported"
+        member.lags_updated_ms = now_ms - min(report.age_ms, max(0, now_ms - 1))
         raised = set()
         for task, offset in report.end_offsets.items():
             if offset > self.end_offsets.get(task, -1):
@@ -742,13 +743,16 @@ class Group:
 
     def _early_probe(self, now_ms: int) -> list:
         """The lag-driven early probe of the probing policy (``assignor.probing.early_probe``),
-        once the group is Stable, against the members' latest lags."""
+        once the group is Stable, against the members' latest lags measured since the last
+        rebalance: a report from before it (a dead worker's, re-sent by its live sidecar with
+        its age) says nothing of how far the warm-ups it started have come."""
         if self.result is None or self.config is None or self.state is not GroupState.STABLE:
             return []
         scheduled = None
         if self.next_probe_ms is not None:
             scheduled = Probe(self.next_probe_ms, Trigger(self.next_probe_reason or Trigger.PROBING_REBALANCE))
-        probe = early_probe(self.result, {m.process_id: m.lags for m in self.members.values()},
+        lags = {m.process_id: m.lags for m in self.members.values() if m.lags_updated_ms >= self.last_rebalance_ms}
+        probe = early_probe(self.result, lags,
                             self.config.acceptable_recovery_lag, self.settings.probing, now_ms,
                             self.last_rebalance_ms, scheduled)
         return [] if probe is None else self._schedule_probe(probe.at_ms, probe.trigger)

@@ -7,7 +7,7 @@ import pytest
 from assignor.lag import Lag
 from assignor.model import LATEST, UNKNOWN, InvalidInput, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
-from client.lags import CheckpointLagSource, LagInfo
+from client.lags import MAX_LAGS_AGE_MS, CheckpointLagSource, LagInfo, StaticLagSource, lags_age_ms
 from client.state import StateDirectory, parse_checkpoint, render_checkpoint
 
 TOPOLOGY = Topology.of("app", (
@@ -137,3 +137,26 @@ def test_a_corrupt_checkpoint_reports_unknown_not_an_error(directory):
     directory.create(TaskId(2, 0))
     (directory.task_dir(TaskId(2, 0)) / ".checkpoint").write_text("7\ngarbage\n")
     assert source(directory).task_lags() == {TaskId(2, 0): UNKNOWN}
+
+
+class _AgedSource:
+    def __init__(self, age) -> None:
+        self.age = age
+
+    def lags_age_ms(self):
+        return self.age
+
+
+@pytest.mark.parametrize("age, sent", [
+    pytest.param(1_234.7, 1_234, id="whole-milliseconds"),
+    pytest.param(-5, 0, id="negative-is-now"),
+    pytest.param(2**63, MAX_LAGS_AGE_MS, id="beyond-int64-clamped"),  # an audit's find: it stopped the member
+])
+def test_a_lag_source_s_age_is_sent_within_the_wire_s_range(age, sent):
+    assert lags_age_ms(_AgedSource(age)) == sent
+    assert lags_age_ms(StaticLagSource()) == 0  # a source that measures when asked
+
+
+def test_an_age_that_is_not_a_number_is_an_error_for_the_member_to_contain():
+    with pytest.raises(ValueError):
+        lags_age_ms(_AgedSource(float("nan")))

@@ -13,7 +13,7 @@ import pytest
 
 from remote_leader.v1 import errors_pb2 as epb
 from remote_leader.v1 import group_leader_pb2 as pb
-from tests.server.harness import LATEST, Worker, rebalance, run_for, settle
+from tests.server.harness import LATEST, Worker, lags, rebalance, run_for, settle
 
 PROBE_INTERVAL_MS = 600_000
 MIN_PROBE_INTERVAL_MS = 60_000
@@ -135,6 +135,23 @@ async def test_early_probe_fires_once_warmups_catch_up_but_not_before_min_interv
     assert len(i3.active()) >= 1
     log = await _rebalance_log(leader, generation=i3.generation)
     assert json.loads(log[-1])["trigger"] == "early_probe"
+
+
+async def test_a_report_measured_before_the_rebalance_does_not_probe_early(leader):
+    """An audit's find: a warm-up's "caught up" report measured before the rebalance that
+    started it (a dead worker's last report, re-sent by its live sidecar with its age) made
+    the leader probe early. Only lags measured since count; a fresh report then does."""
+    i1, i2, i3 = await _scaled_out(leader)
+    rebalanced_at = leader.clock.now_ms()
+    warm = i3.warmups() or i3.standby()
+    await leader.clock.advance(1_000)
+    report = lags({t: 50 for t in warm})
+    report.age_ms = 3_600_000
+    stale = pb.HeartbeatRequest(group_id="app", member_id=i3.member_id, generation_id=i3.generation, lags=report)
+    hb = await i3.stub.Heartbeat(stale)
+    assert hb.error_code == epb.ERROR_CODE_NONE and hb.next_rebalance_ms == rebalanced_at + PROBE_INTERVAL_MS
+    hb = await i3.heartbeat({t: 50 for t in warm})
+    assert hb.next_rebalance_ms == rebalanced_at + MIN_PROBE_INTERVAL_MS
 
 
 async def test_rebalance_log_records_input_output_and_trigger(leader):

@@ -406,6 +406,10 @@ async def test_route_query_prefers_the_live_active_then_caught_up_standbys(leade
     await b.stub.Heartbeat(pb.HeartbeatRequest(group_id="app", member_id=b.member_id, generation_id=b.generation, lags=report))
     route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="counts", partition=0))
     assert [(h.host.port, h.lag_age_ms) for h in route.hosts] == [(7002, 4_000), (7003, INITIAL_DELAY_MS + 750)]
+    report.age_ms = 2**63 - 1  # older than the clock: dated its first millisecond, never 0 ("never reported")
+    await b.stub.Heartbeat(pb.HeartbeatRequest(group_id="app", member_id=b.member_id, generation_id=b.generation, lags=report))
+    described = await leader.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))
+    assert [m.lags_updated_ms for m in described.group.members if m.process_id == ids[1]] == [1]
     unknown = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="nope", partition=0))
     assert unknown.error_code == epb.ERROR_CODE_UNKNOWN_STATE_STORE
     missing = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="nope", store="counts", partition=0))
