@@ -17,24 +17,32 @@ record) after the group last settled, and ends when it settles again.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from pipeline.rebalance_log import LAG_BUCKETS, InvalidLog, expand_paths, is_url, line_metrics
-from pipeline.spark import hadoop_literal, read_table
+from pipeline.spark import hadoop_literal, read_table, root_cause
 
 RECORD_COLUMNS: list[tuple[str, str]] = [
     ("group_id", "string"), ("generation", "long"), ("time_ms", "long"), ("compute_ms", "double"),
     ("trigger", "string"), ("membership_trigger", "boolean"), ("members", "long"), ("member_set", "string"),
     ("threads", "long"), ("tasks", "long"), ("stateful_tasks", "long"), ("actives_moved", "long"),
-    ("actives_orphaned", "long"), ("tasks_moved", "long"), ("replicas_added", "long"), ("warmups", "long"),
+    ("unreported_actives", "array<string>"), ("active_owners", "map<string,string>"),
+    ("replicas_added", "long"), ("warmups", "long"),
     ("actives_restoring", "long"), ("probing", "boolean"), ("cross_rack_partitions", "long"),
     ("cross_rack_reported", "long"), ("imbalance", "double"), ("balanced", "boolean"), ("lag_reports", "long"),
     ("lag_latest", "long"), ("lag_unknown", "long"), ("lag_p50", "double"), ("lag_p95", "double"),
     ("lag_max", "long"), ("lag_hist", "array<long>"), ("source", "string"), ("error", "string"),
 ]
+
+
+#: Columns of the ``records`` table: as measured, with the moves judged against the group's
+#: previous record (``with_moves``) in place of what that judgement needs.
+_JUDGED = {"unreported_actives": ["actives_orphaned", "actives_new", "tasks_moved"], "active_owners": []}
+TABLE_COLUMNS = [name for column, _ in RECORD_COLUMNS if column != "error" for name in _JUDGED.get(column, [column])]
 
 
 def parse_partition(rows: Any) -> Any:
@@ -54,8 +62,10 @@ def stage_files(files: list[str], folder: Path) -> tuple[list[str], dict[str, st
     """The paths to hand Spark, and each staged name's original path.
 
     Hadoop reads a path as a glob, skips any file whose name starts with ``_`` or ``.``, and
-    cannot open names with a colon; so every local file is read through a symlink under a
-    plain name (``f000000.jsonl``) in ``folder`` (inside ``--out``, which the executors share).
+    cannot open names with a colon; so every local file is read through a hard link under a
+    plain name (``f000000.jsonl``) in ``folder`` (inside ``--out``, which the executors share):
+    the file as it was when the run started, which a log rotation removing it meanwhile does
+    not take away. Where a hard link cannot be made (another file system), a symlink.
     A cluster URL is passed as it is, its glob characters escaped.
     """
     shutil.rmtree(folder, ignore_errors=True)  # what an interrupted run left
@@ -67,7 +77,12 @@ def stage_files(files: list[str], folder: Path) -> tuple[list[str], dict[str, st
             continue
         suffix = Path(original).suffix
         name = f"f{index:06d}{suffix if _SUFFIX.match(suffix) else ''}"
-        (folder / name).symlink_to(Path(original).resolve())
+        try:
+            os.link(original, folder / name)
+        except FileNotFoundError:
+            raise InvalidLog(f"LOGS: {original}: removed since the run started (a log rotation?)") from None
+        except OSError:
+            (folder / name).symlink_to(Path(original).resolve())
         names[name] = original
         paths.append("file://" + hadoop_literal(str((folder / name).absolute())))
     return paths, names
@@ -90,11 +105,64 @@ def read_records(spark: Any, files: list[str], partitions: int | None = None, *,
     try:
         lines = spark.read.text(paths).select("value", source.alias("source"))
     except AnalysisException as error:  # a cluster URL that is not there: one line, not a traceback
-        raise InvalidLog(f"LOGS: {str(error).splitlines()[0]}") from None
+        raise InvalidLog(f"LOGS: {_as_given(str(error).splitlines()[0], files)}") from None
     if partitions:
         lines = lines.repartition(partitions)
     schema = ", ".join(f"`{name}` {kind}" for name, kind in RECORD_COLUMNS)
     return spark.createDataFrame(lines.rdd.mapPartitions(parse_partition), schema=schema)
+
+
+#: A staged file's path in a Spark message (``stage_files``): the index of the file as given.
+_STAGED = re.compile(r"(?:file:)?/*[^\s]*/_staged_logs/f(\d{6})(?:\.[A-Za-z0-9]{1,10})?")
+
+
+def _as_given(text: str, files: list[str]) -> str:
+    """``text`` with each staged file's path replaced by the path the user gave."""
+    return _STAGED.sub(lambda match: files[int(match.group(1))], text)
+
+
+def unreadable_log(error: Exception, files: list[str]) -> InvalidLog | None:
+    """A log file Spark could not read to its end (a truncated ``.gz``, a file removed meanwhile)
+    as one line naming it as given; None when ``error`` names none of ``files``."""
+    text = str(error)
+    found = _STAGED.search(text)
+    if found is not None:
+        name = files[int(found.group(1))]
+    else:
+        name = next((f for f in files if is_url(f) and (f in text or hadoop_literal(f) in text)), None)
+        if name is None:
+            return None
+    return InvalidLog(f"LOGS: {name}: could not be read ({_as_given(root_cause(error), files)})")
+
+
+def with_moves(records: Any) -> Any:
+    """The ``records`` table's moves, judged against each group's previous record.
+
+    A task moved when it runs on another member than its previous owner: the member that
+    reported running it (``actives_moved``, from the record alone) or, when no member did, the
+    member the group's previous record placed it on, one that has left included
+    (``actives_orphaned``). A task the previous record did not place (the group's first
+    assignment, a new task, or a previous record not among the logs read) had no owner: it is
+    placed, not moved (``actives_new``). ``tasks_moved`` is the sum of the two kinds of moves.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ordered = Window.partitionBy("group_id").orderBy("time_ms", "generation")
+    marked = records.withColumn("_before", F.lag("active_owners").over(ordered))
+
+    def before(task: Any) -> Any:
+        return F.try_element_at(F.col("_before"), task)
+
+    def moved(task: Any) -> Any:
+        return before(task).isNotNull() & (before(task) != F.try_element_at(F.col("active_owners"), task))
+
+    return (
+        marked.withColumn("actives_orphaned", F.size(F.filter("unreported_actives", moved)).cast("long"))
+        .withColumn("actives_new", F.size(F.filter("unreported_actives", lambda t: before(t).isNull())).cast("long"))
+        .withColumn("tasks_moved", F.col("actives_moved") + F.col("actives_orphaned"))
+        .select(*TABLE_COLUMNS)
+    )
 
 
 def episodes_of(records: Any) -> Any:
@@ -156,9 +224,10 @@ def bucket_for_span(span_s: float, buckets: int = TIMELINE_BUCKETS) -> int:
 def analyze(spark: Any, paths: list[str], out: str | Path, *, bucket_s: int | None = None, report: bool = True,
             partitions: int | None = None, show_progress: bool = True) -> dict[str, Any]:
     """Measure every record of the logs at ``paths`` and write the tables under ``out``."""
+    from pipeline.output import claim_out
+
     files = expand_paths(paths)
-    out = Path(out).absolute()  # a relative name with a colon would be a URL scheme to Hadoop
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_out(out, "analyze")
     scratch = [out / "_staged_logs", out / "_parsed"]
     try:
         return _analyze(spark, files, out, bucket_s=bucket_s, report=report, partitions=partitions,
@@ -178,12 +247,17 @@ def _analyze(spark: Any, files: list[str], out: Path, *, bucket_s: int | None, r
 
     with progress(spark, f"measure rebalance log ({len(files)} files)", enabled=show_progress):
         parsed = read_records(spark, files, partitions, staging=out / "_staged_logs")
-        parsed.write.mode("overwrite").parquet(str(out / "_parsed"))
+        try:
+            parsed.write.mode("overwrite").parquet(str(out / "_parsed"))
+        except Exception as error:
+            if (unreadable := unreadable_log(error, files)) is not None:
+                raise unreadable from None
+            raise
     parsed = read_table(spark, out, "_parsed")
     bad = parsed.where(F.col("error").isNotNull())
     good = parsed.where(F.col("error").isNull())
     _require_records(parsed, bad, len(files))
-    records = good.dropDuplicates(["group_id", "generation", "time_ms"]).drop("error")
+    records = with_moves(good.dropDuplicates(["group_id", "generation", "time_ms"]).drop("error"))
     records.orderBy("group_id", "time_ms", "generation").write.mode("overwrite").parquet(str(out / "records"))
     records = read_table(spark, out, "records")
 
@@ -281,8 +355,19 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+#: Episodes listed in the report (the ``episodes`` table has them all, and the report says how many).
+REPORT_ROWS = 50
+#: Groups in the episodes' box plot: those with the most settled episodes, each from all of them.
+BOX_GROUPS = 16
+#: Groups in the timelines: those with the most buckets, each drawn whole; a group with more
+#: than ``TIMELINE_POINTS`` buckets is left out (the report says so; a larger ``--bucket-s`` helps).
+TIMELINE_GROUPS = 8
+TIMELINE_POINTS = 5_000
+
+
 def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> dict[str, Any]:
-    """Small aggregates for the report, read back from the tables just written."""
+    """Small aggregates for the report, read back from the tables just written: what the report
+    draws or lists is bounded, each count of what it leaves out is computed in Spark."""
     from pyspark.sql import functions as F
 
     def read(name: str) -> Any:
@@ -294,6 +379,14 @@ def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> 
     for row in read("lags").collect():
         lag_rows.setdefault(row["group_id"], [0] * len(LAG_BUCKETS))[row["bucket"]] = row["count"]
     bad = [r.asDict() for r in read("bad_lines").collect()]
+    episodes = read("episodes")
+    boxes = (episodes.where("settled").groupBy("group_id")
+             .agg(F.count("*").alias("episodes"), F.min("settle_s").alias("min"), F.max("settle_s").alias("max"),
+                  F.percentile("settle_s", [0.25, 0.5, 0.75]).alias("quartiles")))
+    timeline = read("timeline")
+    per_group = timeline.groupBy("group_id").agg(F.count("*").alias("buckets"))
+    drawn = (per_group.where(F.col("buckets") <= TIMELINE_POINTS)
+             .orderBy(F.desc("buckets"), "group_id").limit(TIMELINE_GROUPS).select("group_id"))
     return {
         "counts": {
             "files": len(files),
@@ -303,8 +396,15 @@ def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> 
             "duplicates": parsed_count - record_count,
         },
         "groups": [r.asDict() for r in read("groups").orderBy("group_id").collect()],
-        "episodes": [r.asDict() for r in read("episodes").orderBy("group_id", "start_ms").limit(500).collect()],
-        "timeline": [r.asDict() for r in read("timeline").orderBy("group_id", "bucket_ms").limit(20_000).collect()],
+        "episodes": [r.asDict() for r in episodes.orderBy("group_id", "start_ms").limit(REPORT_ROWS).collect()],
+        "episodes_total": episodes.count(),
+        "episode_boxes": [r.asDict() for r in boxes.orderBy(F.desc("episodes"), "group_id").limit(BOX_GROUPS).collect()],
+        "episode_groups": boxes.count(),
+        "timeline": [r.asDict() for r in timeline.join(F.broadcast(drawn), "group_id")
+                     .orderBy("group_id", "bucket_ms").collect()],
+        "timeline_groups": per_group.count(),
+        "timeline_too_long": per_group.where(F.col("buckets") > TIMELINE_POINTS).count(),
+        "timeline_points": TIMELINE_POINTS,
         "moved_hist": [r.asDict() for r in records.groupBy("tasks_moved").count().orderBy("tasks_moved").collect()],
         "lag_hist": [{"group_id": g, "hist": h} for g, h in sorted(lag_rows.items())],
         "lag_buckets": list(LAG_BUCKETS),
@@ -312,4 +412,3 @@ def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> 
         "triggers": [r.asDict() for r in records.groupBy("group_id", "trigger").agg(F.count("*").alias("count"))
                      .orderBy("group_id", "trigger").collect()],
     }
-

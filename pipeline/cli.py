@@ -37,9 +37,10 @@ def register(subparsers) -> None:
 
 def run_analyze(args: argparse.Namespace) -> int:
     from pipeline.analytics import MAX_BUCKET_S, analyze
+    from pipeline.output import discard_out
     from pipeline.rebalance_log import InvalidLog, expand_paths
     from pipeline.spark import SparkStartError, spark_session
-    from pipeline.sweep import argument_problem, discard_out
+    from pipeline.sweep import argument_problem
 
     if args.bucket_s is not None and not 1 <= args.bucket_s <= MAX_BUCKET_S:
         print(f"analyze: --bucket-s: expected seconds in [1, {MAX_BUCKET_S}] (a year), got {args.bucket_s}",
@@ -51,7 +52,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"analyze: {error}", file=sys.stderr)
         return 2
     existed = Path(args.out).exists()
-    problem = argument_problem(args.out, args.partitions, args.master)
+    problem = argument_problem(args.out, args.partitions, args.master, command="analyze")
     if problem:
         print(f"analyze: {problem}", file=sys.stderr)
         return 2

@@ -136,7 +136,8 @@ def _lag_bucket(lag: int) -> int:
 def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
     """What one rebalance did, measured against its own input (what the members reported).
 
-    Raises ``InvalidInput`` (with the field) when the input or output breaks the format.
+    An active no member reported running (``unreported_actives``) is judged against the group's
+    previous record (``pipeline.analytics.with_moves``): its owner there may have left. Raises ``InvalidInput`` (with the field) when the input or output breaks the format.
     """
     problem = parse_problem(record["input"])
     specs = {spec.id: spec for spec in problem.tasks}
@@ -145,7 +146,9 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
     members = {c.id: c for c in problem.clients}
     prev_owner = {t: c.id for c in problem.clients for t in c.prev_active}
     prev_holders = {(c.id, t) for c in problem.clients for t in c.prev_active | c.prev_standby}
-    moved = orphaned = new_replicas = warmups = restoring = cross_rack = 0
+    moved = new_replicas = warmups = restoring = cross_rack = 0
+    unreported: list[str] = []
+    owners: dict[str, str] = {}
     counts = dict.fromkeys(members, 0)
     for client_id, got in sorted(result.clients.items()):
         if client_id not in members:
@@ -154,9 +157,10 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
         lags = members[client_id].lags
         for task in got.active:
             counts[client_id] += 1
+            owners[str(task)] = client_id
             owner = prev_owner.get(task)
             if owner is None:
-                orphaned += 1
+                unreported.append(str(task))
             elif owner != client_id:
                 moved += 1
             spec = specs.get(task)
@@ -191,7 +195,7 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
         "group_id": record["group_id"],
         "generation": int(record["generation"]),
         "time_ms": int(record["time_ms"]),
-        "compute_ms": float(record.get("compute_ms") or 0.0),
+        "compute_ms": _compute_ms(record),
         "trigger": trigger,
         "membership_trigger": trigger in MEMBERSHIP_TRIGGERS,
         "members": len(members),
@@ -200,8 +204,8 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
         "tasks": len(specs),
         "stateful_tasks": sum(1 for s in specs.values() if s.stateful),
         "actives_moved": moved,
-        "actives_orphaned": orphaned,
-        "tasks_moved": moved + orphaned,
+        "unreported_actives": sorted(unreported),
+        "active_owners": owners,
         "replicas_added": new_replicas,
         "warmups": warmups,
         "actives_restoring": restoring,
@@ -218,6 +222,18 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
         "lag_max": numeric[-1] if numeric else None,
         "lag_hist": histogram,
     }
+
+
+def _compute_ms(record: Mapping[str, Any]) -> float | None:
+    """The assignor's time, or None when the record has none (left out of means, not a 0)."""
+    value = record.get("compute_ms")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput("compute_ms", f"expected milliseconds, got {_short(value)}")
+    if value < 0:
+        raise InvalidInput("compute_ms", f"negative ({_short(value)})")
+    return float(value)
 
 
 def _quantile(ordered: list[int], q: float) -> float | None:

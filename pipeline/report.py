@@ -54,7 +54,9 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]], limit: int = 50) -> str:
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]], limit: int = 50,
+          total: int | None = None) -> str:
+    """The first ``limit`` rows; ``total``: how many the table has when ``rows`` are only its first."""
     if not rows:
         return '<p class="note">none</p>'
     head = "".join(f'<th class="{"l" if i == 0 else ""}">{html.escape(title)}</th>' for i, (_, title) in enumerate(columns))
@@ -63,7 +65,8 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]],
         cells = "".join(f'<td class="{"l" if i == 0 else ""}">{html.escape(_fmt(row.get(key)))}</td>'
                         for i, (key, _) in enumerate(columns))
         body.append(f"<tr>{cells}</tr>")
-    more = f'<p class="note">{len(rows) - limit} more rows in the Parquet table</p>' if len(rows) > limit else ""
+    hidden = (len(rows) if total is None else total) - min(len(rows), limit)
+    more = f'<p class="note">{hidden:,} more rows in the Parquet table</p>' if hidden > 0 else ""
     return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
 
 
@@ -295,19 +298,24 @@ def analytics_report(data: Mapping[str, Any]) -> str:
             ("cross_rack_last", "cross-rack (last)"), ("imbalance_last", "imbalance (last)"),
             ("lag_p95_max", "lag p95 (max)")])))]
     bucket = _duration(data.get("bucket_s", 3600))
+    shown = _timeline_note(data)
     sections.append((f"Rebalances over time ({bucket} buckets)",
                      _timeline(data["timeline"], "rebalances", f"rebalances per {bucket}",
-                               zero_every_s=data.get("bucket_s", 3600))))
+                               zero_every_s=data.get("bucket_s", 3600)) + shown))
     sections.append((f"Warm-ups in flight over time ({bucket} buckets)",
-                     _timeline(data["timeline"], "warmups_max", "most warm-ups in flight")))
+                     _timeline(data["timeline"], "warmups_max", "most warm-ups in flight") + shown))
     sections.append((f"Imbalance over time ({bucket} buckets)",
-                     _timeline(data["timeline"], "imbalance_mean", "mean imbalance (tasks per thread)")))
-    sections.append(("Tasks moved per rebalance", _histogram(data["moved_hist"])))
+                     _timeline(data["timeline"], "imbalance_mean", "mean imbalance (tasks per thread)") + shown))
+    sections.append(("Tasks moved per rebalance", _histogram(data["moved_hist"]) + (
+        '<p class="note">moved: an active on another member than its previous owner (the member that reported '
+        "running it, or the one the group's previous record placed it on); an active with no previous owner "
+        "(the group's first assignment, a new task) is placed, not moved</p>")))
     sections.append(("Lag distribution (reported lags)", _lag_bars(data["lag_hist"], data["lag_buckets"])))
-    sections.append(("From a membership change to settled", _episodes(data["episodes"]) + table(data["episodes"], [
-        ("group_id", "group"), ("start_generation", "from gen"), ("end_generation", "to gen"),
-        ("start_trigger", "trigger"), ("rebalances", "rebalances"), ("settle_s", "to settled s"),
-        ("settled", "settled")])))
+    sections.append(("From a membership change to settled",
+                     _episodes(data["episode_boxes"], data["episode_groups"]) + table(data["episodes"], [
+                         ("group_id", "group"), ("start_generation", "from gen"), ("end_generation", "to gen"),
+                         ("start_trigger", "trigger"), ("rebalances", "rebalances"), ("settle_s", "to settled s"),
+                         ("settled", "settled")], total=data["episodes_total"])))
     if data["bad"]:
         sections.append(("Lines that could not be read", table(data["bad"], [("error", "problem"), ("count", "lines")])))
     return page("remote-leader rebalance analytics", sections)
@@ -330,6 +338,19 @@ def with_empty_buckets(points: Sequence[tuple[float, float]], bucket_s: float) -
         if following is not None and following[0] > t + bucket_s:
             filled.append((t + bucket_s, 0.0))
     return filled
+
+
+def _timeline_note(data: Mapping[str, Any]) -> str:
+    """Which groups the timelines draw, when not all of them."""
+    drawn = len({row["group_id"] for row in data["timeline"]})
+    total, too_long = data["timeline_groups"], data["timeline_too_long"]
+    if drawn == total:
+        return ""
+    note = f"{drawn:,} of {total:,} groups drawn, those with the most buckets, each whole"
+    if too_long:
+        note += (f"; {too_long:,} with more than {data['timeline_points']:,} buckets left out (a larger "
+                 "--bucket-s draws them)")
+    return f'<p class="note">{note}; the timeline table has every group</p>'
 
 
 def _timeline(rows: Sequence[Mapping[str, Any]], metric: str, label: str, zero_every_s: float | None = None) -> str:
@@ -379,6 +400,8 @@ def _lag_bars(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str]) -> str:
     fig, ax = plt.subplots(figsize=(9, 3.4), layout="constrained")
     groups = sorted(rows, key=lambda r: r["group_id"])[:MAX_LINES]
     width = 0.8 / max(1, len(groups))
+    shown = (f'<p class="note">the first {len(groups)} of {len(rows):,} groups by name; the lags table has '
+             "every group</p>") if len(rows) > len(groups) else ""
     for index, row in enumerate(groups):
         ax.bar([i + index * width for i in range(len(buckets))], row["hist"], width=width, label=row["group_id"])
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(buckets))], buckets)
@@ -386,18 +409,21 @@ def _lag_bars(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str]) -> str:
     ax.set_ylabel("replica reports", fontsize=10)
     ax.tick_params(axis="x", labelsize=8, labelrotation=30)
     _legend(ax, len(groups))
-    return _png(fig)
+    return _png(fig) + shown
 
 
-def _episodes(rows: Sequence[Mapping[str, Any]]) -> str:
-    done = [r for r in rows if r.get("settled")]
-    if not done:
+def _episodes(boxes: Sequence[Mapping[str, Any]], groups: int) -> str:
+    """One box per group from all its settled episodes (quartiles computed in Spark), whiskers
+    at the fastest and the slowest."""
+    if not boxes:
         return '<p class="note">no completed membership changes</p>'
-    by_group: dict[str, list[float]] = defaultdict(list)
-    for row in done:
-        by_group[row["group_id"]].append(row["settle_s"])
-    groups = sorted(by_group)[:MAX_LINES * 2]
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(groups) + 1.5), layout="constrained")
-    ax.boxplot([by_group[g] for g in groups], orientation="horizontal", tick_labels=groups)
+    stats = [{"label": f"{b['group_id']} ({b['episodes']:,})", "whislo": b["min"], "q1": b["quartiles"][0],
+              "med": b["quartiles"][1], "q3": b["quartiles"][2], "whishi": b["max"], "fliers": []}
+             for b in sorted(boxes, key=lambda b: b["group_id"], reverse=True)]  # drawn bottom up
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(stats) + 1.5), layout="constrained")
+    ax.bxp(stats, orientation="horizontal")
     ax.set_xlabel("seconds from the membership change to the first rebalance needing no probe")
-    return _png(fig)
+    shown = "every group" if len(boxes) == groups else (
+        f"{len(boxes)} of {groups:,} groups, those with the most settled changes")
+    return _png(fig) + (f'<p class="note">{shown}, each from all its settled changes (their count in brackets); '
+                        "box: quartiles, whiskers: fastest and slowest</p>")

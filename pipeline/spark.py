@@ -8,8 +8,11 @@ to every executor's path, so an installed copy of another version can never answ
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -25,6 +28,22 @@ _PACKAGES = ("assignor", "pipeline")
 #: The master URLs Spark knows (local[N], local[N,F], local-cluster[...], spark://, yarn, k8s://,
 #: mesos://): anything else ended in a Java stack and a Python traceback.
 _MASTER = re.compile(r"(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|spark://[^\s/]+|k8s://\S+|mesos://\S+)")
+#: How long ``spark_session`` tries to reach a standalone master (``spark://``) before Spark
+#: starts: Spark itself retries for a fixed minute and then names no cause.
+MASTER_CONNECT_TIMEOUT_S = 10.0
+#: Spark's own log (log4j2) during the commands: off, so that a failure is one line of ours;
+#: ``SPARK_SUBMIT_OPTS=-Dlog4j2.configurationFile=...`` brings it back. The gateway's logger is
+#: named as well: unset, it sets the shell level WARN and says so on stderr.
+_QUIET_LOG4J2 = """rootLogger.level = off
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = off
+"""
 
 
 class SparkStartError(RuntimeError):
@@ -47,7 +66,37 @@ def master_problem(master: str | None) -> str | None:
     if master is not None and not _MASTER.fullmatch(master):
         return (f"--master: {master!r} is not a Spark master URL "
                 "(local[N], spark://host:port, yarn, k8s://https://host:port, mesos://host:port)")
+    if master is not None and master.startswith("local") and 0 in map(int, re.findall(r"\d+", master)):
+        return f"--master: {master!r}: every count in local[N], local[N,F] or local-cluster[N,C,M] must be at least 1"
     return None
+
+
+def _unreachable_master(master: str) -> str | None:
+    """Why none of a standalone master's ``host:port`` accepts a connection, or None."""
+    problem = None
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=MASTER_CONNECT_TIMEOUT_S):
+                return None
+        except ValueError:
+            problem = f"{address}: not host:port"
+        except OSError as error:
+            problem = f"cannot reach {address}: {error.strerror or type(error).__name__}"
+    return problem
+
+
+def root_cause(error: BaseException) -> str:
+    """The innermost cause of a Spark error as one line (a Java exception's last ``getCause()``)."""
+    cause = getattr(error, "java_exception", None)
+    text = f"{type(error).__name__}: {error}"
+    try:
+        while cause is not None:
+            text = f"{cause.getClass().getSimpleName()}: {cause.getMessage()}"
+            cause = cause.getCause()
+    except Exception:  # noqa: BLE001 - the gateway may be gone with the JVM; keep what we have
+        pass
+    return " ".join(text.split())
 
 
 def under_spark_submit() -> bool:
@@ -61,6 +110,9 @@ def spark_session(master: str | None = None, app_name: str = "remote-leader-pipe
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if not under_spark_submit():
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master and master.startswith("spark://") and (problem := _unreachable_master(master)):
+        raise SparkStartError(f"--master {master}: Spark did not start ({problem})")
+    quiet = _quiet_spark_log()
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
@@ -78,10 +130,10 @@ def spark_session(master: str | None = None, app_name: str = "remote-leader-pipe
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
-    except Exception as error:  # a master that cannot be reached: Spark's own message is pages of Java
-        raise SparkStartError(f"--master {master or DEFAULT_MASTER}: Spark did not start "
-                              f"({type(error).__name__}: {' '.join(str(error).split())[:200]})") from None
-    spark.sparkContext.setLogLevel("ERROR")
+    except Exception as error:  # Spark's own message is pages of Java: its root cause only
+        raise SparkStartError(f"--master {master or DEFAULT_MASTER}: Spark did not start ({root_cause(error)})") from None
+    if not quiet:
+        spark.sparkContext.setLogLevel("ERROR")
     ship_code(spark)
     return spark
 
@@ -89,7 +141,7 @@ def spark_session(master: str | None = None, app_name: str = "remote-leader-pipe
 def ship_code(spark: Any) -> str:
     """Zip ``assignor/`` and ``pipeline/`` as the driver sees them and add them to the executors."""
     root = Path(__file__).resolve().parent.parent
-    handle, path = tempfile.mkstemp(prefix="remote-leader-code-", suffix=".zip")
+    handle, path = tempfile.mkstemp(prefix="remote-leader-code-", suffix=".zip", dir=_session_dir())
     os.close(handle)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in _PACKAGES:
@@ -97,6 +149,32 @@ def ship_code(spark: Any) -> str:
                 archive.write(file, file.relative_to(root).as_posix())
     spark.sparkContext.addPyFile(path)
     return path
+
+
+def _quiet_spark_log() -> bool:
+    """Turn Spark's own log off for the JVM about to start (``_QUIET_LOG4J2``), unless spark-submit
+    started it or someone chose a log4j2 configuration already."""
+    if under_spark_submit():
+        return False
+    config = _session_dir() / "log4j2.properties"
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j2.configurationFile" in options:
+        return str(config) in options
+    config.write_text(_QUIET_LOG4J2, encoding="utf-8")
+    os.environ["SPARK_SUBMIT_OPTS"] = f"-Dlog4j2.configurationFile={config} {options}".strip()
+    return True
+
+
+_SESSION_DIR: list[Path] = []
+
+
+def _session_dir() -> Path:
+    """This process's scratch folder in ``$TMPDIR`` (the code zip, the log config), removed at exit:
+    executors fetch the zip while the session runs, so it must outlive every job."""
+    if not _SESSION_DIR:
+        _SESSION_DIR.append(Path(tempfile.mkdtemp(prefix="remote-leader-spark-")))
+        atexit.register(shutil.rmtree, _SESSION_DIR[0], ignore_errors=True)
+    return _SESSION_DIR[0]
 
 
 @contextmanager
@@ -136,11 +214,13 @@ def progress(spark: Any, label: str, *, enabled: bool = True, interval_s: float 
 
     watcher = threading.Thread(target=poll, name="spark-progress", daemon=True)
     watcher.start()
+    ending = " stopped"  # the block failed: its error follows
     try:
         yield
+        ending = " done"
     finally:
         done.set()
         watcher.join()
-        stream.write((line() if tty else line().lstrip("\r")) + " done\n")
+        stream.write((line() if tty else line().lstrip("\r")) + ending + "\n")
         stream.flush()
         sc.setLocalProperty("spark.jobGroup.id", None)

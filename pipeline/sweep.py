@@ -14,10 +14,8 @@ rebalance), ``configs`` (per event and config: aggregates and rank), ``config_ra
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -175,10 +173,10 @@ def run_sweep(spark: Any, plan: Plan, out: str | Path, *, partitions: int | None
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    from pipeline.output import claim_out
     from pipeline.spark import progress, read_table
 
-    out = Path(out).absolute()  # a relative name with a colon would be a URL scheme to Hadoop
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_out(out, "simulate")
     runs_full = simulate_runs(spark, plan, partitions).persist(StorageLevel.MEMORY_AND_DISK)
     label = f"simulate {len(plan.runs)} runs"
     with progress(spark, label, enabled=show_progress):
@@ -222,28 +220,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 MAX_PARTITIONS = 100_000
 
 
-def argument_problem(out: str, partitions: int | None, master: str | None = None) -> str | None:
+def argument_problem(out: str, partitions: int | None, master: str | None = None, *,
+                     command: str) -> str | None:
     """``--out``, ``--partitions`` and ``--master`` checked before Spark starts: the flag and the
     problem, or None."""
+    from pipeline.output import out_problem
     from pipeline.spark import master_problem
 
     if problem := master_problem(master):
         return problem
     if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
         return f"--partitions: expected an integer in [1, {MAX_PARTITIONS}], got {partitions}"
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        return f"--out: {out} exists and is not a directory"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        return f"--out: cannot create {out}: {error.strerror}"
-    try:  # the mode bits say too little (root ignores them, ACLs, read-only mounts): try it
-        with tempfile.TemporaryFile(dir=path, prefix=".remote-leader-write-check-"):
-            pass
-    except OSError as error:
-        return f"--out: cannot write in {out}: {error.strerror}"
-    return None
+    return out_problem(out, command)
 
 
 def write_report(out: Path, html: str | None) -> None:
@@ -256,15 +244,8 @@ def write_report(out: Path, html: str | None) -> None:
         target.write_text(html, encoding="utf-8")
 
 
-def discard_out(out: str, existed: bool) -> None:
-    """A refused command leaves no ``--out`` behind that it created (``argument_problem``),
-    when nothing was written there."""
-    if not existed:
-        with contextlib.suppress(OSError):
-            Path(out).rmdir()
-
-
 def run_from_args(args: argparse.Namespace) -> int:
+    from pipeline.output import discard_out
     from pipeline.simulation import InvalidSpec
     from pipeline.spark import SparkStartError, spark_session
 
@@ -274,7 +255,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"simulate: invalid grid: {error}", file=sys.stderr)
         return 2
     existed = Path(args.out).exists()
-    problem = argument_problem(args.out, args.partitions, args.master)
+    problem = argument_problem(args.out, args.partitions, args.master, command="simulate")
     if problem:
         print(f"simulate: {problem}", file=sys.stderr)
         return 2

@@ -124,6 +124,11 @@ def test_a_binary_grid_file_names_the_flag(tmp_path):
         # an audit's find: a Java stack and a Python traceback
         pytest.param(["--out", "{dir}", "--master", "bogus://x"], "--master: ", id="master-not-a-url"),
         pytest.param(["--out", "{dir}", "--master", "local[two]"], "--master: ", id="master-local-not-a-count"),
+        # an audit's find: local[0] passed the check, then a Java stack
+        pytest.param(["--out", "{dir}", "--master", "local[0]"], "--master: ", id="master-local-zero"),
+        pytest.param(["--out", "{dir}", "--master", "local[2,0]"], "--master: ", id="master-local-zero-failures"),
+        pytest.param(["--out", "{dir}", "--master", "local-cluster[0,1,1024]"], "--master: ",
+                     id="master-local-cluster-zero"),
     ],
 )
 @pytest.mark.parametrize("command", ["simulate", "analyze"])
@@ -260,10 +265,28 @@ def test_analyze_with_some_valid_lines_still_reports(analyze_cli, tmp_path):
     assert (counts["records"], counts["bad_lines"]) == (1, 3)
 
 
+def test_a_truncated_gz_fails_in_one_line_naming_it(analyze_cli, tmp_path):
+    """An audit's find: a truncated gzip rotation ended in 500 lines of Java and Python naming
+    an internal staged file, and left an empty --out."""
+    import gzip
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rebalances.jsonl").write_text(lines(scale_out_story()))
+    whole = gzip.compress(lines(scale_out_story() * 20).encode())
+    (logs / "rebalances.jsonl.1.gz").write_bytes(whole[: len(whole) // 2])
+    out = tmp_path / "out"
+    code, stdout, err = analyze_cli(str(logs), "--out", str(out))
+    assert code == 2 and stdout == "", (code, stdout, err)
+    assert err.splitlines()[-1] == (f"analyze: LOGS: {logs / 'rebalances.jsonl.1.gz'}: could not be read "
+                                    "(EOFException: Unexpected end of input stream)"), err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("command", ["simulate", "analyze"])
 def test_a_spark_that_does_not_start_fails_in_one_line(tmp_path, capsys, monkeypatch, log_file, command):
-    """A well-formed master that cannot be reached (the audit's spark://127.0.0.1:7) ended in
-    pages of Java and a Python traceback: one line naming --master, exit 2, no --out left."""
+    """A Spark that fails to start ended in pages of Java and a Python traceback: one line naming
+    --master and the cause, exit 2, no --out left."""
     from pipeline.cli import main
 
     class Builder:  # what SparkSession.builder does with an unreachable master, without the 70 s
@@ -280,11 +303,129 @@ def test_a_spark_that_does_not_start_fails_in_one_line(tmp_path, capsys, monkeyp
     grid.write_text("events: [scale_out:1]\ngroup:\n  clients: 4\n")
     source = ["--grid", str(grid)] if command == "simulate" else [str(log_file)]
     out = tmp_path / "out"
-    assert main([command, *source, "--out", str(out), "--master", "spark://127.0.0.1:7"]) == 2
+    assert main([command, *source, "--out", str(out), "--master", "yarn"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err == (f"{command}: --master spark://127.0.0.1:7: Spark did not start (RuntimeError: "
+    assert err == (f"{command}: --master yarn: Spark did not start (RuntimeError: "
                    "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.)"), err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["simulate", "analyze"])
+def test_an_unreachable_master_fails_at_once_naming_the_cause(tmp_path, capsys, log_file, command):
+    """The audit's spark://127.0.0.1:1 took 65 s (Spark retries for a fixed minute) and its one
+    line, cut at 200 characters, named no cause: "connection refused" now, in well under that."""
+    import socket
+
+    from pipeline.cli import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "out"
+    started = time.monotonic()
+    assert main([command, *_source(tmp_path, command, log_file), "--out", str(out),
+                 "--master", f"spark://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"{command}: --master spark://127.0.0.1:{port}: Spark did not start "
+                   f"(cannot reach 127.0.0.1:{port}: Connection refused)"), err
+    assert time.monotonic() - started < 10 and not out.exists()
+
+
+def _source(tmp_path, command: str, log_file) -> list[str]:
+    """What ``command`` reads: a one-event grid, or the log file."""
+    if command == "analyze":
+        return [str(log_file)]
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("events: [scale_out:1]\ngroup:\n  clients: 4\n")
+    return ["--grid", str(grid)]
+
+
+def _tree(folder) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() if p.is_file() else "/" for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("command", ["simulate", "analyze"])
+def test_an_out_holding_other_files_is_refused_and_left_as_it_was(tmp_path, capsys, spark_never_starts, log_file,
+                                                                   command):
+    """An audit's find: folders of the tables' names (groups/, timeline/...) and a report.html in
+    --out were replaced without a word, whoever they belonged to."""
+    from pipeline.cli import main
+
+    out = tmp_path / "mine"
+    for name in ("groups/precious.txt", "timeline/keep.csv", "runs/notes.txt", "report.html"):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(f"my {name}\n")
+    before = _tree(out)
+    assert main([command, *_source(tmp_path, command, log_file), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"{command}: --out: {out} is not empty and is not an earlier remote-leader {command} output; "
+                   "name a new or empty directory (nothing in it was changed)\n"), err
+    assert _tree(out) == before
+
+
+@pytest.mark.parametrize(("command", "other"), [("simulate", "analyze"), ("analyze", "simulate")])
+def test_an_output_of_the_other_command_is_refused(tmp_path, capsys, spark_never_starts, log_file, command, other):
+    """analyze into a simulate output left runs/ and steps/ beside its own tables."""
+    from pipeline.cli import main
+    from pipeline.output import claim_out
+
+    out = tmp_path / "out"
+    claim_out(out, other)
+    (out / "report.html").write_text(f"the {other} report")
+    assert main([command, *_source(tmp_path, command, log_file), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{command}: --out: {out} holds the output of remote-leader {other}") and \
+        err.count("\n") == 1, err
+    assert (out / "report.html").read_text() == f"the {other} report"
+
+
+@pytest.mark.parametrize("command", ["simulate", "analyze"])
+def test_an_earlier_output_of_the_same_command_is_taken(tmp_path, spark_never_starts, log_file, command):
+    from pipeline.cli import main
+    from pipeline.output import claim_out
+
+    out = tmp_path / "out"
+    claim_out(out, command)
+    (out / "report.html").write_text("an earlier report")
+    with pytest.raises(AssertionError, match="Spark started"):
+        main([command, *_source(tmp_path, command, log_file), "--out", str(out)])
+
+
+@pytest.fixture
+def make_immutable():
+    """``chattr +i`` a folder (even root cannot change it), undone after the test."""
+    import shutil
+    import subprocess
+
+    chattr = shutil.which("chattr")
+    done = []
+
+    def immutable(folder):
+        if chattr is None or subprocess.run([chattr, "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available here")
+        done.append(folder)
+
+    yield immutable
+    for folder in done:
+        subprocess.run([chattr, "-i", str(folder)], check=True)
+
+
+@pytest.mark.parametrize(("command", "table"), [("simulate", "runs"), ("analyze", "records")])
+def test_an_earlier_table_that_cannot_be_replaced_fails_before_spark_starts(tmp_path, capsys, spark_never_starts,
+                                                                           log_file, make_immutable, command, table):
+    """An audit's find: an earlier table folder that could not be deleted ended in a Java stack."""
+    from pipeline.cli import main
+    from pipeline.output import claim_out
+
+    out = tmp_path / "out"
+    claim_out(out, command)
+    (out / table).mkdir()
+    (out / table / "part-0").write_text("x")
+    make_immutable(out / table)
+    assert main([command, *_source(tmp_path, command, log_file), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{command}: --out: cannot replace {out / table} (an earlier {command} output): ") and \
+        err.count("\n") == 1, err
 
 
 @pytest.fixture

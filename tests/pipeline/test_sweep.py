@@ -57,6 +57,9 @@ def test_sweep_writes_ranked_tables_and_a_self_contained_report(spark, tmp_path)
 
 
 def test_a_sweep_without_report_leaves_no_earlier_report_behind(spark, tmp_path):
+    from pipeline.output import claim_out
+
+    claim_out(tmp_path, "simulate")
     (tmp_path / "report.html").write_text("an earlier run's report")
     run_sweep(spark, expand_grid({"group": {"clients": 3}, "events": ["scale_out:1"]}), tmp_path, report=False,
               show_progress=False)

@@ -1,0 +1,57 @@
+"""The commands as people run them, each in a process of its own: what they print and what they
+leave behind."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.pipeline.records import lines, scale_out_story
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _environment(scratch: Path) -> dict[str, str]:
+    """This checkout's code, ``scratch`` as ``$TMPDIR``, no Spark log configuration inherited."""
+    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(ROOT)}
+    env.pop("SPARK_SUBMIT_OPTS", None)
+    return env
+
+
+def test_the_code_zip_is_removed_when_the_process_ends(tmp_path):
+    """An audit's find: every simulate and analyze left a 160 KB remote-leader-code-*.zip in $TMPDIR."""
+    script = ("from pipeline.spark import ship_code\n"
+              "class Context:\n    def addPyFile(self, path): print(path)\n"
+              "class Session:\n    sparkContext = Context()\n"
+              "ship_code(Session())\n")
+    run = subprocess.run([sys.executable, "-c", script], env=_environment(tmp_path), capture_output=True, text=True,
+                         check=True)
+    shipped = Path(run.stdout.strip())
+    assert shipped.is_relative_to(tmp_path) and not shipped.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_a_failing_analyze_says_one_line_and_leaves_nothing_behind(tmp_path):
+    """A truncated .gz, the whole command: Spark's start-up notes and its Java stacks came on
+    stderr with our line, the code zip stayed in $TMPDIR, an empty --out stayed."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rebalances.jsonl").write_text(lines(scale_out_story()))
+    whole = gzip.compress(lines(scale_out_story() * 20).encode())
+    (logs / "rebalances.jsonl.1.gz").write_bytes(whole[: len(whole) // 2])
+    scratch, out = tmp_path / "tmp", tmp_path / "out"
+    scratch.mkdir()
+    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "analyze", str(logs), "--out", str(out),
+                          "--master", "local[1]"], env=_environment(scratch), capture_output=True, text=True,
+                         timeout=240)
+    # the one line the JVM itself prints for Spark's --add-modules, before any of Spark's code runs
+    said = [line for line in run.stderr.splitlines() if line != "WARNING: Using incubator modules: jdk.incubator.vector"]
+    assert run.returncode == 2 and run.stdout == "", run
+    assert len(said) == 3 and said[1].startswith("measure rebalance log (2 files): ") and said[1].endswith(" stopped")
+    assert [said[0], said[2]] == ["analyze: 2 log files", f"analyze: LOGS: {logs / 'rebalances.jsonl.1.gz'}: could not "
+                                                          "be read (EOFException: Unexpected end of input stream)"], said
+    assert not out.exists()
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("remote-leader")] == []
