@@ -57,17 +57,17 @@ class LagSource(Protocol):
     # passes on someone else's report (the sidecar's worker); without it they are measured now.
 
 
+#: The largest age sent (``LagReport.age_ms`` is an int64): a year, older than any report a
+#: worker still stands by.
+MAX_LAGS_AGE_MS = 365 * 24 * 3600 * 1000
+
+
 def lags_age_ms(source: LagSource) -> int:
     """How old ``source``'s lags are, in milliseconds (0 for a source that measures them when
     asked): a worker that died behind its sidecar must not look freshly measured to KIP-535
     callers (``LagReport.age_ms``)."""
     age = getattr(source, "lags_age_ms", None)
     return min(max(0, int(age())), MAX_LAGS_AGE_MS) if age is not None else 0
-
-
-#: The largest age sent (``LagReport.age_ms`` is an int64): a year, older than any report a
-#: worker still stands by.
-MAX_LAGS_AGE_MS = 365 * 24 * 3600 * 1000
 
 
 EndOffsets = Callable[[frozenset[ChangelogPartition]], Mapping[ChangelogPartition, int]]
