@@ -31,6 +31,7 @@ th { background: #f4f4f4; } td.l, th.l { text-align: left; }
 img { max-width: 100%; } .note { color: #666; font-size: 0.9rem; }
 """
 MAX_LINES = 8  # curves per plot: the best-ranked configs, so the plot stays readable
+SHOWN_SKIPPED = 50  # skipped combinations listed; the rest counted
 
 
 def _png(fig: Any) -> str:
@@ -109,9 +110,11 @@ def sweep_report(data: Mapping[str, Any]) -> str:
             ("peak_warmups_max", "peak warm-ups"), ("tasks_moved_mean", "moved"),
             ("cross_rack_mean", "cross-rack"), ("imbalance_mean", "imbalance")])))
     if data["skipped"] or data["errors"]:
-        skipped = "".join(f"<li>{html.escape(s)}</li>" for s in data["skipped"][:50])
+        skipped = "".join(f"<li>{html.escape(s)}</li>" for s in data["skipped"][:SHOWN_SKIPPED])
+        if len(data["skipped"]) > SHOWN_SKIPPED:
+            skipped += f"<li>and {len(data['skipped']) - SHOWN_SKIPPED:,} more</li>"
         sections.append(("Skipped and failed runs", f"<ul>{skipped}</ul>" + table(
-            data["errors"], [("error", "error"), ("count", "runs")])))
+            data["errors"], [("error", "error"), ("count", "runs")], total=data.get("error_kinds"))))
     return page(f"remote-leader what-if sweep: {data['name']}", sections)
 
 

@@ -43,6 +43,8 @@ STEP_COLUMNS: list[tuple[str, str]] = [
     ("probing", "boolean"), ("downtime_s", "double"),
 ]
 DOWNTIME_RESOLUTION_S = 60.0
+#: Distinct errors the report lists, the commonest first (their count says how many more there are)
+REPORTED_ERRORS = 20
 # Time grid of the convergence curves (share of runs settled by t), seconds.
 CURVE_TIMES = (0, 30, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200, 1800, 2400, 3600, 5400, 7200,
                10800, 14400, 21600, 43200, 86400)
@@ -153,11 +155,14 @@ def report_data(runs: Any, steps: Any, per: Any, overall: Any, plan: Plan) -> di
         F.sum(F.col("error").isNotNull().cast("long")).alias("errors"),
         F.sum((~F.col("settled")).cast("long")).alias("unsettled"),
     ).first().asDict()
-    errors = [r.asDict() for r in runs.where(F.col("error").isNotNull()).groupBy("error").count().limit(20).collect()]
+    # the commonest first, as many as the report shows: any 20 of them, unsaid, before
+    error_kinds = runs.where(F.col("error").isNotNull()).groupBy("error").count()
+    errors = [r.asDict() for r in error_kinds.orderBy(F.desc("count"), "error").limit(REPORTED_ERRORS).collect()]
     return {
         "name": plan.name,
         "counts": counts,
         "errors": errors,
+        "error_kinds": error_kinds.count() if len(errors) == REPORTED_ERRORS else len(errors),
         "skipped": list(plan.skipped),
         "configs": [r.asDict() for r in per.orderBy("event", "rank").collect()],
         "overall": [r.asDict() for r in overall.orderBy("overall_rank").collect()],

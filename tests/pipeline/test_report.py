@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 
 from pipeline.analytics import bucket_for_span
-from pipeline.report import _event_lines, _same_curves, _timeline, axis_label, with_empty_buckets
+from pipeline.report import (
+    SHOWN_SKIPPED,
+    _event_lines,
+    _same_curves,
+    _timeline,
+    axis_label,
+    sweep_report,
+    with_empty_buckets,
+)
+from pipeline.sweep import REPORTED_ERRORS
 
 
 def test_configs_with_the_same_curve_share_one_line_naming_them_all():
@@ -43,3 +52,13 @@ def test_an_empty_bucket_counts_zero_rebalances_not_the_previous_bucket_s():
     bucket for the whole hour."""
     assert with_empty_buckets([(3600.0, 1), (0.0, 2)], 1200) == [(0.0, 2), (1200.0, 0.0), (3600.0, 1)]
     assert with_empty_buckets([(0.0, 2), (1200.0, 1)], 1200) == [(0.0, 2), (1200.0, 1)]
+
+
+def test_a_sweep_report_says_how_many_failures_and_skips_it_does_not_list():
+    """It listed any 20 of the distinct errors and the first 50 skipped combinations, unsaid."""
+    errors = [{"error": f"e{i}", "count": 30 - i} for i in range(REPORTED_ERRORS)]
+    data = {"name": "g", "counts": {"runs": 500, "unsettled": 0, "errors": 400}, "configs": [], "overall": [],
+            "curves": [], "down_curves": [], "heatmaps": [], "errors": errors, "error_kinds": 35,
+            "skipped": [f"combination {i}" for i in range(SHOWN_SKIPPED + 7)]}
+    page = sweep_report(data)
+    assert "15 more rows" in page and "and 7 more" in page
