@@ -535,6 +535,25 @@ async def test_a_lag_source_whose_age_fails_still_reports_its_lags(leader):
         await member.close()
 
 
+async def test_stale_task_directories_outside_the_topology_do_not_get_the_join_refused(tmp_path):
+    """An audit's find: a worker's lags for tasks its topology does not have (stale task
+    directories of an older topology) counted against the leader's --max-tasks-per-group and
+    got its JoinGroup refused: the member stopped. The leader ignores such tasks; the member
+    no longer sends them."""
+    server = await start_leader(tmp_path / "leader", max_tasks_per_group=8)
+    stale = {TaskId(s, p): 0 for s, p in [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (1, 3), (2, 0), (0, 9), (3, 1)]}
+    member = GroupMember(f"127.0.0.1:{server.port}", member_config("g", 0, partitions=4), StaticLagSource(stale))
+    await member.start()
+    try:
+        await member.wait_for_assignment(timeout=10)
+        assert member.error is None and len(member.assignment.active) == 4
+        (view,) = server.coordinator.describe("g").members
+        assert sorted(view.lags) == [TaskId(0, 0), TaskId(0, 1)]
+    finally:
+        await member.close()
+        await server.stop(grace_s=0.5)
+
+
 async def test_static_member_that_will_come_back_keeps_its_place(leader):
     members = await join(leader, "g", 2, partitions=2)
     static = GroupMember(leader.address, member_config("g", 5, partitions=2, group_instance_id="worker-5"),
