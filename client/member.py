@@ -45,7 +45,7 @@ from assignor.topology import Topology
 from client import codec
 from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, diff
 from client.coordinator import MOVED, CoordinatorLink
-from client.lags import LagInfo, LagSource, lags_age_ms
+from client.lags import MAX_LAGS_AGE_MS, LagInfo, LagSource, lags_age_ms
 from client.metadata import (
     KeyQueryMetadata,
     StreamPartitioner,
@@ -113,6 +113,14 @@ class MemberError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+def _reportable(lag: Lag | int) -> Lag:
+    """A lag source's value as a ``Lag`` that fits the wire (an int64), else ValueError."""
+    lag = Lag.coerce(lag)
+    if lag.to_wire() > MAX_LONG:
+        raise ValueError(f"a lag of {lag.offsets} offsets does not fit an int64")
+    return lag
 
 
 class MemberState(enum.StrEnum):
@@ -297,6 +305,7 @@ class GroupMember:
         self._closing = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._closed: asyncio.Task | None = None  # close()'s work, once: ``close``
+        self._last_lags: tuple[Mapping[TaskId, Lag], float] | None = None  # ``_measured_lags``
         self._watchers: set[asyncio.Queue[AssignmentChange | None]] = set()
         self.error: BaseException | None = None
         self.rebalances = 0
@@ -498,19 +507,27 @@ class GroupMember:
             self.lock.release(_LOCK_HOLDER)
 
     def _measured_lags(self) -> tuple[Mapping[TaskId, Lag], int]:
-        """The lag source's task lags and their age (``client.lags.lags_age_ms``); a broken
-        source must not stop the member: it reports no state (and lags of an age it cannot
-        tell, as measured now)."""
+        """The lag source's task lags and their age (``client.lags.lags_age_ms``). A broken
+        source must not stop the member: while it fails (it raises, or gives a value that is no
+        lag), the last good measurement goes on, growing older; before any, no state. Sending
+        none at once wiped the member's lags at the leader, and a rebalance then took its
+        actives away (an audit's find). Lags of an age the source cannot tell: measured now."""
+        now = time.monotonic()
         try:
-            lags = self.lag_source.task_lags()
+            lags = {task: _reportable(lag) for task, lag in self.lag_source.task_lags().items()}
         except Exception:
             self._log.exception("member.lags.failed")
-            return {}, 0
+            if self._last_lags is None:
+                return {}, 0
+            lags, measured_at = self._last_lags
+            return lags, min(int((now - measured_at) * 1000), MAX_LAGS_AGE_MS)
         try:
-            return lags, lags_age_ms(self.lag_source)
+            age_ms = lags_age_ms(self.lag_source)
         except Exception:
             self._log.exception("member.lags_age.failed")
-            return lags, 0
+            age_ms = 0
+        self._last_lags = (lags, now - age_ms / 1000)
+        return lags, age_ms
 
     def _subscription(self) -> pb.Subscription:
         cfg = self.config

@@ -32,7 +32,7 @@ from assignor.topology import Subtopology, Topology
 from client import codec
 from client.assignment import AssignmentChange
 from client.lags import CheckpointLagSource, LagInfo, StaticLagSource
-from client.member import GroupMember, MemberConfig, MemberError, RoutingError
+from client.member import GroupMember, MemberConfig, RoutingError
 from client.state import StateCleaner, StateDirectory
 from remote_leader.net import address_in_use
 from remote_leader.sidecar.v1 import sidecar_pb2 as spb
@@ -480,7 +480,7 @@ async def serve_sidecar(options: SidecarOptions, stop: asyncio.Event, ready=None
         stopped = asyncio.create_task(stop.wait())
         failed = asyncio.create_task(member.wait_for_assignment(lambda a: False))
         done, _ = await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
-        if failed in done and isinstance(failed.exception(), MemberError):
+        if failed in done and failed.exception() is not None:  # a protocol error, or a crash: a supervisor must see it
             log.error("sidecar.member.stopped", error=str(failed.exception()))
             code = 1
         for task in (stopped, failed):

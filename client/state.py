@@ -112,7 +112,8 @@ def parse_checkpoint(text: str, source: str = "checkpoint") -> dict[ChangelogPar
         parts = line.split()
         if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
             raise InvalidInput(f"{source}:{number}", f"expected 'topic partition offset', got {line!r}")
-        offsets[(parts[0], int(parts[1]))] = int(parts[2])
+        if int(parts[2]) >= 0:  # Kafka's -4 is "offset unknown", any other negative no position either
+            offsets[(parts[0], int(parts[1]))] = int(parts[2])
     return offsets
 
 

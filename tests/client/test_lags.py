@@ -160,3 +160,14 @@ def test_a_lag_source_s_age_is_sent_within_the_wire_s_range(age, sent):
 def test_an_age_that_is_not_a_number_is_an_error_for_the_member_to_contain():
     with pytest.raises(ValueError):
         lags_age_ms(_AgedSource(float("nan")))
+
+
+@pytest.mark.parametrize("offset", [-4, -9_223_372_036_854_775_808])
+def test_a_negative_checkpoint_offset_is_no_position(directory, offset):
+    """Kafka writes -4 for an offset it does not know, and no offset is below 0: such an entry
+    is no position (restored from the start, as Kafka Streams sums it). An audit's find: -4 was
+    read as a position, 104 behind an end of 100, and the smallest long made a lag beyond an
+    int64 that stopped the member."""
+    directory.write_checkpoint(TaskId(0, 1), {("app-counts-changelog", 1): offset, ("totals-log", 1): 500})
+    assert source(directory).task_lags() == {TaskId(0, 1): Lag.behind(1000)}
+    assert source(directory).store_partition_lags()["counts"] == {1: LagInfo(0, 1000)}

@@ -554,6 +554,44 @@ async def test_stale_task_directories_outside_the_topology_do_not_get_the_join_r
         await server.stop(grace_s=0.5)
 
 
+async def test_a_lag_source_failing_for_a_while_keeps_its_last_lags_at_the_leader_growing_older(leader):
+    """An audit's find: while the source failed, every heartbeat sent an empty report measured
+    "now": the leader forgot the member's state at once, and a rebalance in that window took
+    its actives away. The last good measurement goes on instead, its age growing; a value that
+    is no lag (a plain int beyond an int64) is a failure alike, not a crash."""
+    class Flaky(StaticLagSource):
+        broken: object = None
+
+        def task_lags(self):
+            if self.broken is not None:
+                if isinstance(self.broken, Exception):
+                    raise self.broken
+                return {TaskId(0, 0): self.broken}
+            return super().task_lags()
+
+    source = Flaky({TaskId(0, 1): 5})
+    member = GroupMember(leader.address, member_config("g", 0, partitions=2), source)
+    await member.start()
+    try:
+        await converged([member])
+        source.update({TaskId(0, 0): LATEST, TaskId(0, 1): LATEST})
+        await asyncio.sleep(3 * HEARTBEAT_MS / 1000)
+        for broken in (OSError("disk gone"), 2**64):
+            source.broken = broken
+            await asyncio.sleep(8 * HEARTBEAT_MS / 1000)
+            (view,) = (await leader.describe("g")).members
+            assert {TaskId(e.task.subtopology, e.task.partition): e.lag for e in view.lags} == {TaskId(0, 0): -1, TaskId(0, 1): -1}
+            assert member.state.value == "stable" and member.error is None
+            (host,) = (await member.route_query("counts", partition=0)).hosts
+            assert host.lag_age_ms >= 6 * HEARTBEAT_MS  # the last good measurement, growing older
+            source.broken = None
+            await asyncio.sleep(3 * HEARTBEAT_MS / 1000)
+        (host,) = (await member.route_query("counts", partition=0)).hosts
+        assert host.lag_age_ms < 5 * HEARTBEAT_MS  # measured again: fresh
+    finally:
+        await member.close()
+
+
 async def test_static_member_that_will_come_back_keeps_its_place(leader):
     members = await join(leader, "g", 2, partitions=2)
     static = GroupMember(leader.address, member_config("g", 5, partitions=2, group_instance_id="worker-5"),

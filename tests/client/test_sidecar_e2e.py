@@ -16,6 +16,7 @@ import pytest
 from assignor.model import TaskId
 from client.lags import StaticLagSource
 from client.member import GroupMember
+from client.sidecar import SidecarOptions, serve_sidecar
 from remote_leader.sidecar.v1 import sidecar_pb2 as spb
 from remote_leader.sidecar.v1 import sidecar_pb2_grpc as spb_grpc
 from remote_leader.v1 import assignment_pb2 as apb
@@ -228,3 +229,15 @@ def test_demo_refuses_changelog_offsets_beyond_int64_in_one_line():
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--changelog-offsets" in lines[0], proc.stderr
+
+
+async def test_a_member_that_crashes_stops_the_sidecar_with_exit_code_1(leader, monkeypatch):
+    """An audit's find: only a protocol error (MemberError) made the sidecar exit 1; a member
+    that crashed (any other exception: here a stand-in for a bug) left it exiting 0, a clean
+    stop to its supervisor."""
+    async def crash(self):
+        raise RuntimeError("a bug in the member")
+
+    monkeypatch.setattr(GroupMember, "_join_and_sync", crash)
+    code = await asyncio.wait_for(serve_sidecar(SidecarOptions(leader.address, member_config("g", 0)), asyncio.Event()), 20)
+    assert code == 1
