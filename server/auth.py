@@ -262,16 +262,22 @@ class Authenticator:
         bearer = None
         for key, value in context.invocation_metadata() or ():
             if key == "authorization":
-                scheme, _, token = str(value).partition(" ")
-                if scheme.lower() != "bearer" or not token.strip():
-                    raise AuthError(Unauthenticated.BAD_AUTHORIZATION, "the authorization metadata must be 'Bearer TOKEN'")
-                bearer = token.strip()
+                bearer = bearer_token(str(value), "the authorization metadata")
         pem = None
         auth = context.auth_context() or {}
         if auth.get("x509_pem_cert"):
             pem = auth["x509_pem_cert"][0]
         return self.principal_for(bearer=bearer, certificate_pem=pem)
 
+
+
+def bearer_token(value: str, what: str) -> str:
+    """The token of an ``Authorization`` value (gRPC metadata, an HTTP header) that must read
+    ``Bearer TOKEN``; ``AuthError`` (``bad_authorization``) naming ``what`` otherwise."""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthError(Unauthenticated.BAD_AUTHORIZATION, f"{what} must be 'Bearer TOKEN'")
+    return token.strip()
 
 # ---- ACLs ---------------------------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ from prometheus_client.exposition import choose_encoder
 
 from assignor.lag import Lag, LagKind
 from assignor.model import TaskId
-from server.auth import ANONYMOUS, AuthError, Gate, Operation, Principal, Unauthenticated
+from server.auth import ANONYMOUS, AuthError, Gate, Operation, Principal, Unauthenticated, bearer_token
 from server.web.history import PageHistory, RebalanceSummary
 
 log = structlog.get_logger(__name__)
@@ -219,15 +219,7 @@ class LivePage:
             raise web.HTTPForbidden(text="the live page answers only on loopback (--live-page on opens it)\n")
         if not self.gate.enabled:
             return ANONYMOUS
-        bearer = None
         header = request.headers.get("Authorization")
-        if header is not None:
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                error = AuthError(Unauthenticated.BAD_AUTHORIZATION, "the Authorization header must be 'Bearer TOKEN'")
-                self.gate.refuse("LivePage", None, error)
-                raise web.HTTPUnauthorized(text=f"{error}\n", headers={"WWW-Authenticate": "Bearer"})
-            bearer = token.strip()
         pem = None
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
         if ssl_object is not None:
@@ -235,6 +227,7 @@ class LivePage:
             if der:
                 pem = ssl.DER_cert_to_PEM_cert(der).encode()
         try:
+            bearer = None if header is None else bearer_token(header, "the Authorization header")
             return self.gate.authenticator.principal_for(bearer=bearer, certificate_pem=pem)
         except AuthError as error:
             self.gate.refuse("LivePage", None, error)
