@@ -418,8 +418,8 @@ class Group:
         offset sums are measured against it get their lags recomputed too. The lags date from
         when they were measured (``LagReport.age_ms``), which KIP-535 callers read as their age."""
         member.report = report
-        # never before the epoch's first millisecond: 0 reads as "never reported"
-        member.lags_updated_ms = now_ms - min(report.age_ms, max(0, now_ms - 1))
+        # never before the clock's first millisecond: 0 reads as "never reported"
+        member.lags_updated_ms = max(now_ms - report.age_ms, min(now_ms, 1))
         raised = set()
         for task, offset in report.end_offsets.items():
             if offset > self.end_offsets.get(task, -1):
