@@ -58,11 +58,8 @@ def out_problem(out: str | Path, command: str) -> str | None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         return f"--out: cannot create {out}: {error.strerror}"
-    try:  # the mode bits say too little (root ignores them, ACLs, read-only mounts): try it
-        with tempfile.TemporaryFile(dir=path, prefix=".remote-leader-write-check-"):
-            pass
-    except OSError as error:
-        return f"--out: cannot write in {out}: {error.strerror}"
+    if problem := _unwritable(path):
+        return f"--out: cannot write in {out}: {problem}"
     for name in (*OUTPUTS[command], MARKER):
         if problem := _cannot_replace(path / name):
             return f"--out: cannot replace {path / name} (an earlier {command} output): {problem}"
@@ -81,12 +78,17 @@ def _cannot_replace(target: Path) -> str | None:
         except OSError as error:
             return error.strerror
         return None
-    for folder, _, _ in os.walk(target):
-        try:
-            with tempfile.TemporaryFile(dir=folder, prefix=".remote-leader-write-check-"):
-                pass
-        except OSError as error:
-            return error.strerror
+    return next(filter(None, (_unwritable(Path(folder)) for folder, _, _ in os.walk(target))), None)
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why nothing can be written in ``folder``, if so: tried, since the mode bits say too little
+    (root ignores them, ACLs, read-only mounts)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".remote-leader-write-check-"):
+            pass
+    except OSError as error:
+        return error.strerror or type(error).__name__
     return None
 
 

@@ -137,7 +137,8 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
     """What one rebalance did, measured against its own input (what the members reported).
 
     An active no member reported running (``unreported_actives``) is judged against the group's
-    previous record (``pipeline.analytics.with_moves``): its owner there may have left. Raises ``InvalidInput`` (with the field) when the input or output breaks the format.
+    previous record (``pipeline.analytics.with_moves``): its owner there may have left. Raises
+    ``InvalidInput`` (with the field) when the input or output breaks the format.
     """
     problem = parse_problem(record["input"])
     specs = {spec.id: spec for spec in problem.tasks}
