@@ -384,9 +384,10 @@ def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> 
              .agg(F.count("*").alias("episodes"), F.min("settle_s").alias("min"), F.max("settle_s").alias("max"),
                   F.percentile("settle_s", [0.25, 0.5, 0.75]).alias("quartiles")))
     timeline = read("timeline")
-    per_group = timeline.groupBy("group_id").agg(F.count("*").alias("buckets"))
-    drawn = (per_group.where(F.col("buckets") <= TIMELINE_POINTS)
-             .orderBy(F.desc("buckets"), "group_id").limit(TIMELINE_GROUPS).select("group_id"))
+    # one row per group, counted once: what is drawn and what is left out both read it
+    buckets = {row.group_id: row.buckets for row in timeline.groupBy("group_id").agg(F.count("*").alias("buckets")).collect()}
+    drawn = sorted((group for group, count in buckets.items() if count <= TIMELINE_POINTS),
+                   key=lambda group: (-buckets[group], group))[:TIMELINE_GROUPS]
     return {
         "counts": {
             "files": len(files),
@@ -400,10 +401,10 @@ def _report_data(spark: Any, out: Path, files: list[str], parsed_count: int) -> 
         "episodes_total": episodes.count(),
         "episode_boxes": [r.asDict() for r in boxes.orderBy(F.desc("episodes"), "group_id").limit(BOX_GROUPS).collect()],
         "episode_groups": boxes.count(),
-        "timeline": [r.asDict() for r in timeline.join(F.broadcast(drawn), "group_id")
+        "timeline": [r.asDict() for r in timeline.where(F.col("group_id").isin(drawn))
                      .orderBy("group_id", "bucket_ms").collect()],
-        "timeline_groups": per_group.count(),
-        "timeline_too_long": per_group.where(F.col("buckets") > TIMELINE_POINTS).count(),
+        "timeline_groups": len(buckets),
+        "timeline_too_long": sum(count > TIMELINE_POINTS for count in buckets.values()),
         "timeline_points": TIMELINE_POINTS,
         "moved_hist": [r.asDict() for r in records.groupBy("tasks_moved").count().orderBy("tasks_moved").collect()],
         "lag_hist": [{"group_id": g, "hist": h} for g, h in sorted(lag_rows.items())],
