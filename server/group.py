@@ -457,6 +457,7 @@ class Group:
         instance = request.group_instance_id or ""
         old = self.members.pop(self.instances[instance])
         self.unsynced.discard(old.member_id)
+        self._fence(old.member_id, f"fenced: a newer member joined with group_instance_id {instance!r}")
         outcome = Outcome()
         outcome.effects.append(CancelTimer(self._key(TimerKind.SESSION, old.member_id)))
         old_call = self._unpark(old)
@@ -524,11 +525,16 @@ class Group:
                 # the two would rebalance the group for good (90 generations a second, measured).
                 message = (f"fenced: a newer member joined with process_id {process_id!r}; two live workers "
                            "must not share a process id (a fixed --process-id, a copied state directory)")
-                self.fenced[other.member_id] = message
-                while len(self.fenced) > FENCED_MEMBERS_KEPT:
-                    del self.fenced[next(iter(self.fenced))]
+                self._fence(other.member_id, message)
                 effects += self._remove_member(other, ErrorCode.FENCED_INSTANCE_ID, message)
         return effects
+
+    def _fence(self, member_id: str, message: str) -> None:
+        """Remember a member id replaced for good, so that its next call hears why, whatever
+        instance id it sends (the last ``FENCED_MEMBERS_KEPT``)."""
+        self.fenced[member_id] = message
+        while len(self.fenced) > FENCED_MEMBERS_KEPT:
+            del self.fenced[next(iter(self.fenced))]
 
     def _rekey_process(self, old_pid: str, new_pid: str) -> None:
         """A static replacement under a new process id takes its predecessor's tasks: in this
@@ -772,17 +778,24 @@ class Group:
 
     def _lookup(self, member_id: str, instance: str | None) -> tuple[Member | None, ErrorCode, str]:
         """Fencing by member id and instance id (KIP-345), and by process id: the member, or the
-        error and its message."""
-        if instance and instance in self.instances and self.instances[instance] != member_id:
-            return None, ErrorCode.FENCED_INSTANCE_ID, _MESSAGES[ErrorCode.FENCED_INSTANCE_ID]
+        error and its message. As Kafka's coordinator validates a member: an instance id, when
+        sent, must be held by this member id (another holder: fenced; no holder: an unknown
+        member); left out (the field is optional), the member id alone decides, so a static
+        member that names its instance only when it joins is not fenced by itself."""
+        if instance:
+            holder = self.instances.get(instance)
+            if holder is not None and holder != member_id:
+                return None, ErrorCode.FENCED_INSTANCE_ID, _MESSAGES[ErrorCode.FENCED_INSTANCE_ID]
         member = self.members.get(member_id)
         if member is None:
             fenced = self.fenced.get(member_id)
             if fenced is not None:
                 return None, ErrorCode.FENCED_INSTANCE_ID, fenced
             return None, ErrorCode.UNKNOWN_MEMBER_ID, _MESSAGES[ErrorCode.UNKNOWN_MEMBER_ID]
-        if member.group_instance_id != instance:
-            return None, ErrorCode.FENCED_INSTANCE_ID, _MESSAGES[ErrorCode.FENCED_INSTANCE_ID]
+        if instance and member.group_instance_id != instance:
+            return None, ErrorCode.UNKNOWN_MEMBER_ID, (
+                f"group_instance_id {instance!r} is not held by member {member_id!r}: "
+                + ("it joined without one" if member.group_instance_id is None else "it joined with another"))
         return member, ErrorCode.NONE, ""
 
     def _touch_session(self, member: Member, now_ms: int) -> list:

@@ -137,6 +137,31 @@ async def test_static_member_restart_takes_its_old_place_without_rebalance(leade
     assert hosts == {a.process_id: 7001, b.process_id: 7002}
 
 
+async def test_a_static_member_may_leave_its_optional_instance_id_out_after_joining(leader):
+    """``group_instance_id`` is optional on every call: a static member that names it only when
+    it joins is checked by its member id, as Kafka's coordinator does, not fenced by itself; a
+    zombie of a static restart is fenced all the same (its member id was replaced). An instance id
+    that no member holds answers UNKNOWN_MEMBER_ID, saying so, not "another member holds it"."""
+    a = leader.worker(instance_id="worker-a")
+    b = leader.worker()
+    await rebalance(leader.clock, [a, b], advance_ms=INITIAL_DELAY_MS)
+    a.instance_id = None
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_NONE
+    assert (await a.sync()).error_code == epb.ERROR_CODE_NONE
+    b.instance_id = "worker-ghost"
+    unheld = await b.heartbeat()
+    assert unheld.error_code == epb.ERROR_CODE_UNKNOWN_MEMBER_ID
+    assert "'worker-ghost' is not held by member" in unheld.error_message
+    b.instance_id = None
+    assert (await b.heartbeat()).error_code == epb.ERROR_CODE_NONE
+    restarted = leader.worker(instance_id="worker-a", process_id=a.process_id)
+    assert (await restarted.join()).error_code == epb.ERROR_CODE_NONE
+    assert (await a.heartbeat()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
+    assert (await a.leave()).error_code == epb.ERROR_CODE_FENCED_INSTANCE_ID
+    group = await _describe(leader)
+    assert sorted(m.member_id for m in group.members) == sorted([restarted.member_id, b.member_id])
+
+
 async def test_static_restart_while_the_assignor_computes_waits_for_that_generation(leader):
     """A protocol audit's find: a static member restarting while the assignor computed the next
     generation was answered at once, with that generation's number and the previous
