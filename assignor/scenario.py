@@ -8,6 +8,7 @@ functions only. Every error names the offending field (``InvalidInput.field``).
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Mapping
 from operator import attrgetter
 from types import MappingProxyType
@@ -190,12 +191,14 @@ class _TaskIndex:
 
 
 def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientState, ...]:
+    """The clients, each task reported ``"latest"`` counted as that client's previous active
+    (``_running_owners``)."""
     if not isinstance(raw, list):
         raise InvalidInput("clients", "expected a list")
     task_index = _TaskIndex(tasks)
     seen: set[str] = set()
     active_owner: dict[TaskId, str] = {}
-    clients = []
+    fields = []
     for index, item in enumerate(raw):
         where = f"clients[{index}]"
         if not isinstance(item, Mapping):
@@ -228,18 +231,39 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
                     f"task {task_id} is also prev_active on client {active_owner[task_id]!r}",
                 )
             active_owner[task_id] = client_id
-        clients.append(
-            ClientState(
-                id=client_id,
-                threads=threads,
-                rack=rack,
-                tags=MappingProxyType(dict(tags)),
-                prev_active=prev_active,
-                prev_standby=prev_standby - prev_active,
-                lags=MappingProxyType(_parse_lags(item.get("lags"), f"{where}.lags", task_index)),
-            )
+        lags = _parse_lags(item.get("lags"), f"{where}.lags", task_index)
+        fields.append((client_id, threads, rack, tags, prev_active, prev_standby, lags))
+    running = _running_owners(fields, active_owner)
+    clients = [
+        ClientState(
+            id=client_id,
+            threads=threads,
+            rack=rack,
+            tags=MappingProxyType(dict(tags)),
+            prev_active=prev_active | running.get(client_id, frozenset()),
+            prev_standby=prev_standby - prev_active - running.get(client_id, frozenset()),
+            lags=MappingProxyType(lags),
         )
+        for client_id, threads, rack, tags, prev_active, prev_standby, lags in fields
+    ]
     return tuple(sorted(clients, key=lambda client: client.id))
+
+
+def _running_owners(fields: list, active_owner: Mapping[TaskId, str]) -> dict[str, frozenset[TaskId]]:
+    """Per client, the tasks it reports ``"latest"`` (it runs them as caught-up actives) that no
+    client lists in ``prev_active``: its previous actives too, as a member's lag report makes
+    them (KIP-441 "Rebalance Metadata": the lags subsume the previous tasks;
+    ``ClientState.from_report``). Two clients running one task: the first by id keeps the claim,
+    as ``Group.of`` decides; the other's ``"latest"`` still means caught up there."""
+    claimed: dict[TaskId, str] = {}
+    for client_id, *_, lags in sorted(fields, key=lambda row: row[0]):
+        for task_id, lag in lags.items():
+            if lag.running and task_id not in active_owner:
+                claimed.setdefault(task_id, client_id)
+    running: dict[str, set[TaskId]] = defaultdict(set)
+    for task_id, client_id in claimed.items():
+        running[client_id].add(task_id)
+    return {client_id: frozenset(tasks) for client_id, tasks in running.items()}
 
 
 def _parse_lags(raw: Any, where: str, tasks: _TaskIndex) -> dict[TaskId, Lag]:
