@@ -168,6 +168,7 @@ def topology_from_proto(msg: pb.Topology, where: str) -> Topology:
         raise InvalidInput(f"{where}.subtopologies", "must not be empty")
     seen_ids: set[int] = set()
     stores: set[str] = set()
+    sources: dict[str, int] = {}  # topic -> the subtopology it feeds (one, as in Kafka Streams)
     subs = []
     for i, sub in enumerate(msg.subtopologies):
         here = f"{where}.subtopologies[{i}]"
@@ -182,7 +183,11 @@ def topology_from_proto(msg: pb.Topology, where: str) -> Topology:
             name = _identifier(topic.name, f"{there}.name", required=True)
             if name in names:
                 raise InvalidInput(f"{there}.name", f"duplicate source topic {name!r}")
+            if name in sources:
+                raise InvalidInput(f"{there}.name", f"source topic {name!r} already feeds subtopology {sources[name]}: "
+                                                    "a topic is the source of one subtopology")
             names.add(name)
+            sources[name] = sub.id
             if topic.partition_count < 0:
                 raise InvalidInput(f"{there}.partition_count", f"must be >= 0, got {topic.partition_count}")
             racks = []

@@ -78,6 +78,14 @@ def _racked(*racks: str) -> pb.Topology:
 _RACKS = "subscription.topology.subtopologies[0].source_topics[0].partition_racks[0].racks"
 
 
+def _two_subtopologies(second_topic: str, second_store: str) -> pb.Topology:
+    """Subtopology 0 reads "orders" into "counts"; subtopology 1 reads and keeps these."""
+    topo = topology(3)
+    topo.subtopologies.add(id=1, source_topics=[pb.SourceTopic(name=second_topic, partition_count=3)],
+                           state_stores=[pb.StateStore(name=second_store, logged=True)])
+    return topo
+
+
 _BAD_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(subtopology=0, partition=1), lag=-7)])
 _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1), lag=3), apb.TaskLag(task=apb.TaskId(partition=1), lag=4)])
 
@@ -103,6 +111,12 @@ _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1)
         pytest.param(_join(subscription__topology=pb.Topology()), "subscription.topology.subtopologies", id="empty-topology"),
         pytest.param(_join(subscription__topology=topology(-1)), "subscription.topology.subtopologies[0].source_topics[0].partition_count", id="negative-partitions"),
         pytest.param(_join(subscription__endpoint=pb.HostInfo(host="h", port=70000)), "subscription.endpoint.port", id="bad-port"),
+        # an outsider's find: a topic read by two subtopologies got in (each partition then went
+        # to two members); Kafka Streams refuses it, and protocol.md said it was refused
+        pytest.param(_join(subscription__topology=_two_subtopologies("orders", "totals")),
+                     "subscription.topology.subtopologies[1].source_topics[0].name", id="topic-in-two-subtopologies"),
+        pytest.param(_join(subscription__topology=_two_subtopologies("clicks", "counts")),
+                     "subscription.topology.subtopologies[1].state_stores[0].name", id="store-in-two-subtopologies"),
         pytest.param(_join(subscription__topology=_racked("rack-a", "")), f"{_RACKS}[1]", id="empty-partition-rack"),
         pytest.param(_join(subscription__topology=_racked("r" * 256)), f"{_RACKS}[0]", id="partition-rack-too-long"),
         pytest.param(_join(subscription__topology=_racked("rack\x00a")), f"{_RACKS}[0]", id="control-character-partition-rack"),
