@@ -19,7 +19,9 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Final
 
-UNBOUNDED_OFFSETS: Final = 1 << 62  # "max long as a proxy" for an unknown changelog size
+# "max long as a proxy" for an unknown changelog size, one above the largest lag a client may
+# report, so that every reported lag ranks apart and before it (ranks are Python ints)
+UNBOUNDED_OFFSETS: Final = 1 << 63
 # Java's long (an int64 on the wire): the largest lag, offset count or interval a scenario may give
 MAX_LONG: Final = (1 << 63) - 1
 # The largest acceptable_recovery_lag: "max long". At this value every client is caught up on
@@ -144,7 +146,7 @@ class Lag:
             if restore <= acceptable_recovery_lag:
                 return 0
             # with no changelog size, no state is unbounded: worse than any lag reported
-            return 4 * (restore if changelog_offsets is not None else min(restore, UNBOUNDED_OFFSETS - 1))
+            return 4 * (restore if changelog_offsets is not None else min(restore, MAX_LONG))
         if kind is _RUNNING or whole_changelog_acceptable(changelog_offsets, acceptable_recovery_lag):
             return 0
         size = UNBOUNDED_OFFSETS if changelog_offsets is None else changelog_offsets

@@ -174,8 +174,21 @@ def test_without_a_changelog_size_any_reported_lag_ranks_before_unknown_and_no_s
     from assignor.lag import MAX_LONG, NO_STATE, UNBOUNDED_OFFSETS, Lag
 
     no_state, unknown = NO_STATE.rank(None, 100), UNKNOWN.rank(None, 100)
-    for offsets in (101, UNBOUNDED_OFFSETS - 1, UNBOUNDED_OFFSETS, UNBOUNDED_OFFSETS + 1, MAX_LONG):
-        assert Lag.behind(offsets).rank(None, 100) < unknown < no_state, offsets
+    lags = (101, 2**62 - 1, 2**62, 2**62 + 1, MAX_LONG - 1, MAX_LONG)
+    ranks = [Lag.behind(offsets).rank(None, 100) for offsets in lags]
+    assert ranks == sorted(set(ranks)), "every reported lag ranks apart, the least behind first"
+    assert ranks[-1] < unknown < no_state
+    assert MAX_LONG < UNBOUNDED_OFFSETS
+
+
+def test_the_least_behind_of_two_huge_lags_takes_the_active():
+    """A fuzzer's find: with no changelog size, lags from 2^62 up ranked alike (capped below the
+    proxy of "max long"), and the client further behind, first by id, took the active."""
+    task, stateless = TaskSpec(TaskId(3, 0), stateful=True), TaskSpec(TaskId(1, 4), stateful=False)
+    clients = [ClientState("115", lags={task.id: Lag.behind(2**63 - 1)}),
+               ClientState("42", lags={task.id: Lag.behind(2**62)})]
+    result = assign([task, stateless], clients, AssignmentConfig(acceptable_recovery_lag=100))
+    assert result.clients["42"].active == (task.id,) and result.clients["115"].active == (stateless.id,)
 
 
 def test_acceptable_lag_beyond_the_largest_is_invalid():
