@@ -54,9 +54,49 @@ def parse_problem(document: Any) -> AssignmentProblem:
     return AssignmentProblem(tasks=tasks, clients=clients, config=config)
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object that names one key twice (``_unique_keys``)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when it names a key twice: ``json`` keeps the last one silently,
+    so listing a client's two lags for one task in the other order changed the assignment."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        raise _DuplicateKey
+    return document
+
+
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs, in order: read only to name a duplicate key."""
+
+
+def _duplicate_key(node: Any, path: str = "") -> str | None:
+    """The path of the first key some object of ``node`` (read with ``_Pairs``) names twice."""
+    if isinstance(node, _Pairs):
+        seen = set()
+        for key, value in node:
+            here = f"{path}.{key}" if path else key
+            if key in seen:
+                return here
+            seen.add(key)
+            found = _duplicate_key(value, here)
+            if found is not None:
+                return found
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found = _duplicate_key(value, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
 def parse_problem_text(text: str) -> AssignmentProblem:
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey:
+        field = _duplicate_key(json.loads(text, object_pairs_hook=_Pairs)) or "(document)"
+        raise InvalidInput(field, "a key given twice in one object (which one counts would be a guess)") from None
     except json.JSONDecodeError as error:
         raise InvalidInput("(document)", f"not valid JSON: {error.msg} at line {error.lineno}") from None
     except ValueError:  # an integer of more digits than Python converts (4,300)

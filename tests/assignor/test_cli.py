@@ -169,6 +169,20 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     assert "Traceback" not in stderr, stderr
 
 
+@pytest.mark.parametrize(("text", "field"), [
+    (json.dumps(VALID).replace('"0_1": 12000}', '"0_1": 12000, "0_0": 900000}', 1), "clients[0].lags.0_0"),
+    (json.dumps(VALID).replace('{"id": "b",', '{"id": "b", "id": "c",', 1), "clients[1].id"),
+    (json.dumps(VALID)[:-1] + ', "clients": []}', "clients"),
+])
+def test_a_key_given_twice_exits_2_naming_it(text, field):
+    """A fuzzing audit's find: JSON keeps the last of two equal keys silently, so the two lags a
+    client gave for one task, swapped, changed the assignment. Refused, naming the key."""
+    completed = run_cli(text)
+    assert completed.returncode == 2, completed.stdout
+    assert completed.stderr.strip().splitlines() == [
+        f"error: {field}: a key given twice in one object (which one counts would be a guess)"]
+
+
 def test_unreadable_file_exits_2(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "assignor", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60
