@@ -20,6 +20,11 @@ from typing import Any
 
 import grpc
 
+#: The largest answer the server sends and every channel built here accepts: a large group's
+#: SyncGroup and DescribeGroup answers (host maps of tens of thousands of tasks) outgrow gRPC's
+#: default of 4 MiB; ``--max-host-map-bytes`` keeps them well within this.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
 #: Flag -> (field, environment variable) shared by every client command.
 CLIENT_FLAGS = {
     "--tls-ca": ("ca", "REMOTE_LEADER_CLIENT_TLS_CA"),
@@ -135,7 +140,7 @@ class ClientTls:
 
     def _options(self, options: list[tuple[str, Any]] | None) -> list[tuple[str, Any]]:
         extra = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name and self.secure else []
-        return [*(options or []), *extra]
+        return [("grpc.max_receive_message_length", MAX_ANSWER_BYTES), *(options or []), *extra]
 
     def aio_channel(self, target: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
         interceptors = None

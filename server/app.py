@@ -19,6 +19,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from remote_leader.net import address_in_use
+from remote_leader.tls import MAX_ANSWER_BYTES
 from remote_leader.v1 import group_leader_pb2
 from server.assignor_runner import AssignorRunner
 from server.auth import Authenticator, Gate, JwtSettings, is_loopback
@@ -99,6 +100,7 @@ class Settings:
     max_subtopologies: int = _DEFAULT_LIMITS.max_subtopologies
     max_tasks_per_group: int = _DEFAULT_LIMITS.max_tasks_per_group
     max_store_partitions_per_group: int = _DEFAULT_LIMITS.max_store_partitions_per_group
+    max_host_map_bytes: int = _DEFAULT_LIMITS.max_host_map_bytes
     max_members_per_group: int = _DEFAULT_LIMITS.max_members_per_group
     max_groups: int = _DEFAULT_LIMITS.max_groups
     max_groups_per_principal: int = _DEFAULT_LIMITS.max_groups_per_principal
@@ -227,7 +229,7 @@ class LeaderServer:
             ("grpc.server.max_pending_requests", s.max_pending_requests),
             ("grpc.server.max_pending_requests_hard_limit", s.max_pending_requests),
             ("grpc.max_receive_message_length", s.max_message_bytes),
-            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", MAX_ANSWER_BYTES),
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)

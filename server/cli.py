@@ -57,7 +57,7 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
         (f"--{name.replace('_', '-')}", name, f"REMOTE_LEADER_{name.upper()}", int)
         for name in (
             "max_message_bytes", "max_partitions_per_topic", "max_partitions_per_group", "max_subtopologies",
-            "max_tasks_per_group", "max_store_partitions_per_group", "max_members_per_group", "max_groups",
+            "max_tasks_per_group", "max_store_partitions_per_group", "max_host_map_bytes", "max_members_per_group", "max_groups",
             "max_groups_per_principal",
             "max_tasks_per_assign", "max_clients_per_assign", "max_replicas_per_group", "max_replicas_per_assign",
             "max_concurrent_assigns", "max_rebalance_timeout_ms",
@@ -115,6 +115,8 @@ _HELP: dict[str, str] = {
     "--max-tasks-per-group": "tasks a topology forms (and entries of a lag report)",
     "--max-store-partitions-per-group": "store partitions a topology forms: each subtopology's state stores "
                                         "times its tasks (SyncGroup's host maps list every one)",
+    "--max-host-map-bytes": "bytes of the host maps a topology makes every SyncGroup answer carry: each task's "
+                            "topic and store names, times its active and standbys",
     "--max-members-per-group": "members of one group; a newcomer beyond it gets RESOURCE_EXHAUSTED",
     "--max-groups": "groups on this server; a new group beyond it gets RESOURCE_EXHAUSTED",
     "--max-groups-per-principal": "groups one principal created on this server (authentication on), members or not, "

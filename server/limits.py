@@ -36,6 +36,7 @@ class Limits:
     max_subtopologies: int = 1_000
     max_tasks_per_group: int = 50_000
     max_store_partitions_per_group: int = 200_000
+    max_host_map_bytes: int = 16 * 1024 * 1024
     max_members_per_group: int = 10_000
     max_groups: int = 10_000
     max_groups_per_principal: int = 1_000
@@ -80,6 +81,9 @@ def _over(limits: Limits, name: str, value: int, what: str) -> None:
 #: export each at 0 from the start. A limit a check gains belongs in its tuple.
 TOPOLOGY_LIMITS = ("max_subtopologies", "max_partitions_per_topic", "max_partitions_per_group", "max_tasks_per_group",
                    "max_store_partitions_per_group")
+# Bytes a host map entry (a TopicPartition or StorePartition) takes besides its name: its tags,
+# lengths and partition number, with some room
+HOST_MAP_ENTRY_BYTES = 8
 
 
 def check_topology(limits: Limits, topology: Any, where: str) -> tuple[int, int]:
@@ -161,7 +165,24 @@ def check_lag_report(limits: Limits, report: Any, where: str) -> None:
         _over(limits, "max_tasks_per_group", len(getattr(report, name)), f"{where}.{name}")
 
 
-JOIN_LIMITS = ("max_rebalance_timeout_ms", *TOPOLOGY_LIMITS, "max_replicas_per_group", *LAG_REPORT_LIMITS)
+def _check_host_maps(limits: Limits, topology: Any, standbys: int, where: str) -> None:
+    """The bytes of the host maps every member's SyncGroup answer carries (``partitions_by_host``
+    and ``standby_partitions_by_host``: each task's topic and store names, for its active and,
+    stateful, each standby). Counted in entries only, a few kilobytes of JoinGroup (50,000 tasks,
+    names of 255 characters) made answers of 40 MB, beyond what a client takes (gRPC's default
+    is 4 MiB; the server sends at most ``remote_leader.tls.MAX_ANSWER_BYTES``)."""
+    total = 0
+    for sub in topology.subtopologies:
+        widest = max((topic.partition_count for topic in sub.source_topics), default=0)
+        names = sum(len(topic.name.encode()) + HOST_MAP_ENTRY_BYTES for topic in sub.source_topics) + sum(
+            len(store.name.encode()) + HOST_MAP_ENTRY_BYTES for store in sub.state_stores)
+        replicas = 1 + (standbys if any(store.logged for store in sub.state_stores) else 0)
+        total += max(widest, 1) * names * replicas
+    _over(limits, "max_host_map_bytes", total, f"{where}: the SyncGroup host maps' bytes")
+
+
+JOIN_LIMITS = ("max_rebalance_timeout_ms", *TOPOLOGY_LIMITS, "max_replicas_per_group", "max_host_map_bytes",
+               *LAG_REPORT_LIMITS)
 
 
 def check_join(limits: Limits, request: Any) -> None:
@@ -172,8 +193,10 @@ def check_join(limits: Limits, request: Any) -> None:
         sub = request.subscription
         if sub.HasField("topology"):
             tasks, stateful = check_topology(limits, sub.topology, "subscription.topology")
-            _check_replicas(limits, "max_replicas_per_group", tasks, stateful,
-                            max(sub.config.num_standby_replicas, 0), "subscription.config.num_standby_replicas")
+            standbys = max(sub.config.num_standby_replicas, 0)
+            _check_replicas(limits, "max_replicas_per_group", tasks, stateful, standbys,
+                            "subscription.config.num_standby_replicas")
+            _check_host_maps(limits, sub.topology, standbys, "subscription.topology")
         check_lag_report(limits, sub.lags, "subscription.lags")
 
 

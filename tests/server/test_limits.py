@@ -84,6 +84,47 @@ def _store_heavy(extra_subtopology: bool) -> pb.Topology:
     return pb.Topology(subtopologies=subtopologies)
 
 
+def _long_names(partitions: int, subtopologies: int = 1) -> pb.Topology:
+    """Subtopologies each reading a topic of a 200-character name into a logged store of one."""
+    return pb.Topology(subtopologies=[pb.Subtopology(
+        id=i, source_topics=[pb.SourceTopic(name=f"{i}".ljust(200, "t"), partition_count=partitions)],
+        state_stores=[pb.StateStore(name=f"{i}".ljust(200, "s"), logged=True)]) for i in range(subtopologies)])
+
+
+async def test_host_map_bytes_count_the_names_each_replica_lists(tmp_path):
+    """An outsider's find: the limits counted entries, so a few kilobytes of JoinGroup with long
+    names made SyncGroup answers of 40 MB. 2,000 tasks x (200 + 8 bytes of topic and as many of
+    store) x (active + 1 standby) = 1,664,000 bytes; without the standby, half."""
+    async with running_server(tmp_path, max_host_map_bytes=1_000_000) as s:
+        heavy = s.worker(topo=_long_names(2_000))
+        heavy.config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
+        error = await _refused(s.stub.JoinGroup, heavy.join_request())
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details() == ("subscription.topology: the SyncGroup host maps' bytes: 1664000 exceeds "
+                                   "max_host_map_bytes = 1000000 (limit --max-host-map-bytes)")
+        assert s.server.metrics.registry.get_sample_value("remote_leader_requests_refused_total", {
+            "method": "JoinGroup", "code": "INVALID_ARGUMENT", "reason": "max_host_map_bytes"}) == 1.0
+        assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+        fits = s.worker(topo=_long_names(2_000))
+        await rebalance(s.clock, [fits], advance_ms=3_000)
+        assert len(fits.active()) == 2_000
+
+
+async def test_our_channels_take_answers_beyond_grpc_s_default_4_mib(tmp_path):
+    """A group within every default limit (12,000 tasks, names of 200 characters) gets SyncGroup
+    answers of some 8 MB: the channels the worker library, the sidecar and the CLI open
+    (``client.member.open_channel``) accept what the server may send, not gRPC's default 4 MiB."""
+    from client.member import open_channel
+    from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc
+
+    async with running_server(tmp_path) as s, open_channel(f"127.0.0.1:{s.server.port}") as channel:
+        member = s.worker(topo=_long_names(6_000, subtopologies=2), port=7001)
+        member.stub = pb_grpc.GroupLeaderStub(channel)
+        await rebalance(s.clock, [member], advance_ms=3_000)
+        assert len(member.active()) == 12_000
+        assert pb.SyncGroupResponse(assignment=member.assignment).ByteSize() > 4 * 1024 * 1024
+
+
 async def test_store_partitions_count_each_subtopology_s_stores_times_its_tasks(tmp_path):
     async with running_server(tmp_path, max_store_partitions_per_group=100) as s:
         error = await _refused(s.stub.JoinGroup, s.worker(topo=_store_heavy(True)).join_request())
