@@ -29,11 +29,11 @@ def _indent(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m assignor") -> int:
     # One BLAS thread: the assignor does no linear algebra, and scipy (loaded for a warm start)
     # would otherwise start a thread per core that spins: 0.13 s more CPU per run, measured.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    parser = argparse.ArgumentParser(prog="python -m assignor", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0],
                                      epilog="The scenario and result formats: docs/scenario-format.md.")
     parser.add_argument("scenario", help="scenario JSON file, or - for standard input")
     parser.add_argument("--explain", action="store_true", help="add the assignor's reason for every placement and the rack-awareness report")
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.scenario == "-":
-            text = sys.stdin.read()
+            text = sys.stdin.buffer.read().decode("utf-8")  # strictly, as a file is read
         else:
             with open(args.scenario, encoding="utf-8") as handle:
                 text = handle.read()

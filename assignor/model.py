@@ -61,6 +61,7 @@ class TaskId(NamedTuple):
         head, sep, tail = text.partition("_")
         if not sep or not head.isdigit() or not tail.isdigit() or not head.isascii() or not tail.isascii():
             raise InvalidInput(field_name, f"expected '<subtopology>_<partition>' of non-negative integers, got {text!r}")
+        head, tail = head.lstrip("0") or "0", tail.lstrip("0") or "0"  # 00_1 is 0_1 spelled otherwise
         if len(head) > 10 or len(tail) > 10 or int(head) > MAX_INT or int(tail) > MAX_INT:
             raise InvalidInput(field_name, f"subtopology and partition must be <= {MAX_INT}, got {text[:40]!r}")
         return cls(int(head), int(tail))

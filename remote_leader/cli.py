@@ -39,7 +39,7 @@ def _register_assign(subparsers) -> None:
         argv = [args.scenario] + (["--explain"] if args.explain else [])
         if args.indent is not None:
             argv += ["--indent", str(args.indent)]
-        return assign_main(argv)
+        return assign_main(argv, prog="remote-leader assign")
 
     parser.set_defaults(func=run)
 

@@ -183,6 +183,33 @@ def test_a_key_given_twice_exits_2_naming_it(text, field):
         f"error: {field}: a key given twice in one object (which one counts would be a guess)"]
 
 
+def test_remote_leader_assign_names_itself_in_its_errors(tmp_path):
+    """``remote-leader assign`` runs this CLI: its usage errors name the command the user typed."""
+    (tmp_path / "valid.json").write_text(json.dumps(VALID))
+    completed = subprocess.run([sys.executable, "-m", "remote_leader.cli", "assign", str(tmp_path / "valid.json"),
+                                "--indent", "100"], capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines()[-1].startswith("remote-leader assign: error: argument --indent")
+
+
+def test_leading_zeros_spell_a_task_id_not_a_larger_one():
+    """A fuzzing audit's find: ``00000000002_0`` (task 2_0) was refused as beyond 2^31 - 1."""
+    document = copy.deepcopy(VALID)
+    document["tasks"][2]["id"] = "00000000001_00000000000"
+    completed = run_cli(document)
+    assert completed.returncode == 0, completed.stderr
+    assert "1_0" in json.dumps(json.loads(completed.stdout))
+
+
+def test_bytes_that_are_not_utf_8_are_named_so_from_standard_input_as_from_a_file(tmp_path):
+    (tmp_path / "bad.json").write_bytes(b"\xff\xfe{}")
+    for args, stdin in (([str(tmp_path / "bad.json")], b""), (["-"], b"\xff\xfe{}")):
+        completed = subprocess.run([sys.executable, "-m", "assignor", *args], input=stdin, capture_output=True,
+                                   timeout=60)
+        assert completed.returncode == 2
+        assert completed.stderr.decode().strip() == "error: scenario: not UTF-8 text"
+
+
 def test_unreadable_file_exits_2(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "assignor", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60
