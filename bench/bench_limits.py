@@ -9,6 +9,7 @@ largest allowed requests is served:
 
 - join: a JoinGroup whose topology forms ``--tasks`` tasks (the default max_tasks_per_group) and
   whose lag report lists every one of them, then the group's rebalance (the assignor runs on it);
+- describe: five DescribeGroup calls in a row on that group;
 - assign: an ``Assign`` of ``--tasks`` tasks (max_tasks_per_assign) over ``--assign-clients``
   clients, each reporting a lag for a share of the tasks.
 
@@ -46,6 +47,7 @@ from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc  # noqa: E402
 
 OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.max_send_message_length", 64 * 1024 * 1024)]
 PROBE_EVERY_S = 0.005
+DESCRIBES = 5  # DescribeGroup calls in a row on the largest group (an operator's `describe --watch`)
 
 
 def _free_port() -> int:
@@ -163,6 +165,14 @@ async def main(args: argparse.Namespace) -> None:
                             raise RuntimeError(f"the largest sync failed: {sync.error_code}")
 
                     print(_row(f"JoinGroup + rebalance, {len(request_bytes(topology, lags)) / 1e6:.1f} MB", *await _measured(probes, join), idle_worst))
+
+                    async def describe(group=f"largest-{round_}") -> None:
+                        for _ in range(DESCRIBES):
+                            answer = await stub.DescribeGroup(pb.DescribeGroupRequest(group_id=group), timeout=600)
+                            if answer.error_code != 0:
+                                raise RuntimeError(f"the describe failed: {answer.error_code}")
+
+                    print(_row(f"DescribeGroup of that group x {DESCRIBES}", *await _measured(probes, describe), idle_worst))
 
                     problem = apb.AssignmentProblem()
                     for p in range(args.tasks):

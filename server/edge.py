@@ -805,14 +805,24 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         return pb.LeaveGroupResponse(error_code=int(response.error), error_message=response.message)
 
     @_redirects(pb.DescribeGroupResponse)
-    async def DescribeGroup(self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext) -> pb.DescribeGroupResponse:
+    async def DescribeGroup(self, request: pb.DescribeGroupRequest, context: grpc.aio.ServicerContext
+                            ) -> pb.DescribeGroupResponse | bytes:
         await self.gate.check(context, "DescribeGroup", Operation.DESCRIBE, request.group_id)
         group_id = await self._guard(context, lambda: _identifier(request.group_id, "group_id", required=True))
         await self._coordinator.check_owner(group_id)
         view = self._coordinator.describe(group_id)
         if view is None:
             return pb.DescribeGroupResponse(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), error_message=f"group {group_id!r} not found")
-        return pb.DescribeGroupResponse(group=describe_to_proto(view))
+
+        def encode() -> bytes:
+            return pb.DescribeGroupResponse(group=describe_to_proto(view)).SerializeToString()
+
+        # the view holds only values no call replaces in place: it is read safely off the loop,
+        # where a large group's answer is built (0.3 s for 20,000 tasks, an outsider measured:
+        # every health check and heartbeat waited for it)
+        if view.topology is None or sum(sub.partition_count for sub in view.topology.subtopologies) <= OFF_LOOP_TASKS:
+            return encode()
+        return await asyncio.to_thread(encode)
 
     async def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext) -> pb.ListGroupsResponse:
         principal = await self.gate.principal(context, "ListGroups")

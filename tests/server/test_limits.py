@@ -125,6 +125,19 @@ async def test_our_channels_take_answers_beyond_grpc_s_default_4_mib(tmp_path):
         assert pb.SyncGroupResponse(assignment=member.assignment).ByteSize() > 4 * 1024 * 1024
 
 
+async def test_a_large_group_is_described_whole_from_off_the_event_loop(tmp_path):
+    """Beyond ``OFF_LOOP_TASKS`` the DescribeGroup answer is built in a worker thread (a group of
+    50,000 tasks held health checks 433 ms, docs/benchmarks.md): the answer is the same whole."""
+    from server.limits import OFF_LOOP_TASKS
+
+    async with running_server(tmp_path) as s:
+        member = s.worker(topo=topology(OFF_LOOP_TASKS + 1), port=7001)
+        await rebalance(s.clock, [member], advance_ms=3_000)
+        answer = await s.stub.DescribeGroup(pb.DescribeGroupRequest(group_id=member.group_id))
+        (described,) = answer.group.members
+        assert described.member_id == member.member_id and len(described.active) == OFF_LOOP_TASKS + 1
+
+
 async def test_store_partitions_count_each_subtopology_s_stores_times_its_tasks(tmp_path):
     async with running_server(tmp_path, max_store_partitions_per_group=100) as s:
         error = await _refused(s.stub.JoinGroup, s.worker(topo=_store_heavy(True)).join_request())
