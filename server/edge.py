@@ -61,6 +61,7 @@ from server.limits import (
     check_group_capacity,
     check_heartbeat,
     check_join,
+    check_merged_topology,
     limit_code,
 )
 from server.model import (
@@ -748,6 +749,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             check_join_owner(group, principal, domain.member_id, domain.group_instance_id, domain.subscription.process_id,
                              shutdown, owners=self.gate.enabled)
             check_group_capacity(self.limits, group, groups, domain.member_id, domain.group_instance_id, principal.name)
+            check_merged_topology(self.limits, group, domain.subscription.topology, "subscription.topology (merged with the group's)")
 
         response = await self._admitted(context, "JoinGroup", principal, self._coordinator.join(domain, admit))
         return pb.JoinGroupResponse(

@@ -18,6 +18,8 @@ from typing import Any
 
 import grpc
 
+from assignor.model import AssignmentConfig
+
 #: A request larger than this many bytes is converted in a worker thread instead of on the event
 #: loop: below it the thread hop (about 0.1 ms) costs more than the conversion itself.
 OFF_LOOP_BYTES = 64 * 1024
@@ -165,20 +167,48 @@ def check_lag_report(limits: Limits, report: Any, where: str) -> None:
         _over(limits, "max_tasks_per_group", len(getattr(report, name)), f"{where}.{name}")
 
 
-def _check_host_maps(limits: Limits, topology: Any, standbys: int, where: str) -> None:
-    """The bytes of the host maps every member's SyncGroup answer carries (``partitions_by_host``
-    and ``standby_partitions_by_host``: each task's topic and store names, for its active and,
-    stateful, each standby). Counted in entries only, a few kilobytes of JoinGroup (50,000 tasks,
-    names of 255 characters) made answers of 40 MB, beyond what a client takes (gRPC's default
-    is 4 MiB; the server sends at most ``remote_leader.tls.MAX_ANSWER_BYTES``)."""
-    total = 0
+def _check_host_maps(limits: Limits, topology: Any, standbys: int, warmups: int, where: str) -> None:
+    """The bytes of the names a SyncGroup answer lists: the host maps every member's answer
+    carries (``partitions_by_host`` and ``standby_partitions_by_host``: each task's topic and
+    store names, for its active, each standby of a stateful task and the warm-ups, at most
+    ``max_warmup_replicas``), and the racks of each partition a member's own task lists name.
+    Counted in entries only, a few kilobytes of JoinGroup (50,000 tasks, names of 255
+    characters) made answers of 40 MB, beyond what a client takes (gRPC's default is 4 MiB; the
+    server sends at most ``remote_leader.tls.MAX_ANSWER_BYTES``). ``topology`` is a JoinGroup's
+    or a group's merged one (the same fields)."""
+    total = stateful = widest_names = 0
     for sub in topology.subtopologies:
-        widest = max((topic.partition_count for topic in sub.source_topics), default=0)
+        tasks = max(max((topic.partition_count for topic in sub.source_topics), default=0), 1)
         names = sum(len(topic.name.encode()) + HOST_MAP_ENTRY_BYTES for topic in sub.source_topics) + sum(
             len(store.name.encode()) + HOST_MAP_ENTRY_BYTES for store in sub.state_stores)
-        replicas = 1 + (standbys if any(store.logged for store in sub.state_stores) else 0)
-        total += max(widest, 1) * names * replicas
-    _over(limits, "max_host_map_bytes", total, f"{where}: the SyncGroup host maps' bytes")
+        racks = sum(len(rack.encode()) + 2 for topic in sub.source_topics for entry in topic.partition_racks
+                    for rack in (entry.racks if hasattr(entry, "racks") else entry[1]))
+        logged = any(store.logged for store in sub.state_stores)
+        total += (tasks * names + racks) * (1 + (standbys if logged else 0))
+        if logged:
+            stateful += tasks
+            widest_names = max(widest_names, names)
+    total += min(warmups, stateful) * widest_names
+    _over(limits, "max_host_map_bytes", total, f"{where}: the SyncGroup answers' names, bytes")
+
+
+def check_merged_topology(limits: Limits, group: Any, topology: Any, where: str) -> None:
+    """Called under the group's lock before a JoinGroup runs: a group runs on the merge of its
+    members' topologies (each topic at the largest partition count any member reported), so
+    joins each within the limits could grow it past them (five members widening one
+    subtopology each made 50,000 tasks and SyncGroup answers of 80 MB, beyond what the server
+    sends). The merge is checked as one JoinGroup's topology is; an Empty group takes the
+    newcomer's own, checked at the edge."""
+    if group is None or group.topology is None or not group.members or group.config is None:
+        return
+    merged = group.topology.merged(topology)
+    if merged == group.topology:
+        return
+    tasks, stateful = check_topology(limits, merged, where)
+    config = group.config
+    _check_replicas(limits, "max_replicas_per_group", tasks, stateful, config.num_standby_replicas,
+                    f"{where}: the group's num_standby_replicas")
+    _check_host_maps(limits, merged, config.num_standby_replicas, config.max_warmup_replicas, where)
 
 
 JOIN_LIMITS = ("max_rebalance_timeout_ms", *TOPOLOGY_LIMITS, "max_replicas_per_group", "max_host_map_bytes",
@@ -196,7 +226,9 @@ def check_join(limits: Limits, request: Any) -> None:
             standbys = max(sub.config.num_standby_replicas, 0)
             _check_replicas(limits, "max_replicas_per_group", tasks, stateful, standbys,
                             "subscription.config.num_standby_replicas")
-            _check_host_maps(limits, sub.topology, standbys, "subscription.topology")
+            warmups = (sub.config.max_warmup_replicas if sub.config.HasField("max_warmup_replicas")
+                       else AssignmentConfig().max_warmup_replicas)
+            _check_host_maps(limits, sub.topology, standbys, warmups, "subscription.topology")
         check_lag_report(limits, sub.lags, "subscription.lags")
 
 

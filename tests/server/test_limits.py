@@ -94,13 +94,14 @@ def _long_names(partitions: int, subtopologies: int = 1) -> pb.Topology:
 async def test_host_map_bytes_count_the_names_each_replica_lists(tmp_path):
     """An outsider's find: the limits counted entries, so a few kilobytes of JoinGroup with long
     names made SyncGroup answers of 40 MB. 2,000 tasks x (200 + 8 bytes of topic and as many of
-    store) x (active + 1 standby) = 1,664,000 bytes; without the standby, half."""
+    store) x (active + 1 standby) = 1,664,000 bytes, and the 2 warm-ups of the default
+    max_warmup_replicas 832 more; without the standby, about half."""
     async with running_server(tmp_path, max_host_map_bytes=1_000_000) as s:
         heavy = s.worker(topo=_long_names(2_000))
         heavy.config = apb.AssignmentConfig(acceptable_recovery_lag=100, num_standby_replicas=1)
-        error = await _refused(s.stub.JoinGroup, heavy.join_request())
+        error = await asyncio.wait_for(_refused(s.stub.JoinGroup, heavy.join_request()), 5)
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert error.details() == ("subscription.topology: the SyncGroup host maps' bytes: 1664000 exceeds "
+        assert error.details() == ("subscription.topology: the SyncGroup answers' names, bytes: 1664832 exceeds "
                                    "max_host_map_bytes = 1000000 (limit --max-host-map-bytes)")
         assert s.server.metrics.registry.get_sample_value("remote_leader_requests_refused_total", {
             "method": "JoinGroup", "code": "INVALID_ARGUMENT", "reason": "max_host_map_bytes"}) == 1.0
@@ -108,6 +109,28 @@ async def test_host_map_bytes_count_the_names_each_replica_lists(tmp_path):
         fits = s.worker(topo=_long_names(2_000))
         await rebalance(s.clock, [fits], advance_ms=3_000)
         assert len(fits.active()) == 2_000
+
+
+async def test_a_join_that_would_grow_the_group_s_merged_topology_past_a_limit_is_refused(tmp_path):
+    """An attack on the limit: a group runs on the merge of its members' topologies (each topic at
+    its largest reported partition count), so two joins each within the limit, each widening
+    another subtopology, made answers twice the limit. The join that would grow the merge past
+    it is refused, and the group goes on as it was: 2 x 1,500 tasks x 416 bytes of names, and 2
+    warm-ups' 832, against each join's 624,832 + 416."""
+    def widened(wide: int) -> pb.Topology:
+        topo = _long_names(1, subtopologies=2)
+        topo.subtopologies[wide].source_topics[0].partition_count = 1_500
+        return topo
+
+    async with running_server(tmp_path, max_host_map_bytes=1_000_000) as s:
+        first = s.worker(topo=widened(0))
+        await rebalance(s.clock, [first], advance_ms=3_000)
+        error = await asyncio.wait_for(_refused(s.stub.JoinGroup, s.worker(topo=widened(1), port=7002).join_request()), 5)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details().startswith("subscription.topology (merged with the group's): the SyncGroup answers' "
+                                          "names, bytes: 1248832 exceeds max_host_map_bytes = 1000000")
+        assert (await first.heartbeat()).error_code == epb.ERROR_CODE_NONE
+        assert len(first.active()) == 1_501
 
 
 async def test_our_channels_take_answers_beyond_grpc_s_default_4_mib(tmp_path):
