@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m assignor") -> int
     args = parser.parse_args(argv)
     try:
         if args.scenario == "-":
-            text = sys.stdin.buffer.read().decode("utf-8")  # strictly, as a file is read
+            stdin = getattr(sys.stdin, "buffer", None)  # a caller's text stream has no bytes to check
+            text = stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()  # strictly, as a file
         else:
             with open(args.scenario, encoding="utf-8") as handle:
                 text = handle.read()

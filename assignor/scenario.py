@@ -54,8 +54,9 @@ def parse_problem(document: Any) -> AssignmentProblem:
     return AssignmentProblem(tasks=tasks, clients=clients, config=config)
 
 
-class _DuplicateKey(ValueError):
-    """A JSON object that names one key twice (``_unique_keys``)."""
+class _DuplicateKey(Exception):
+    """A JSON object that names one key twice (``_unique_keys``); not a ValueError, which
+    ``_read_json`` takes for a number too long."""
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -93,17 +94,23 @@ def _duplicate_key(node: Any, path: str = "") -> str | None:
 
 def parse_problem_text(text: str) -> AssignmentProblem:
     try:
-        document = json.loads(text, object_pairs_hook=_unique_keys)
+        document = _read_json(text, _unique_keys)
     except _DuplicateKey:
-        field = _duplicate_key(json.loads(text, object_pairs_hook=_Pairs)) or "(document)"
+        # read again to name it: a document that is no JSON further on is refused as such
+        field = _duplicate_key(_read_json(text, _Pairs)) or "(document)"
         raise InvalidInput(field, "a key given twice in one object (which one counts would be a guess)") from None
+    return parse_problem(document)
+
+
+def _read_json(text: str, object_pairs_hook: Any) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as error:
         raise InvalidInput("(document)", f"not valid JSON: {error.msg} at line {error.lineno}") from None
     except ValueError:  # an integer of more digits than Python converts (4,300)
         raise InvalidInput("(document)", "not valid JSON: a number too long to read") from None
     except RecursionError:
         raise InvalidInput("(document)", "not valid JSON: nested too deeply") from None
-    return parse_problem(document)
 
 
 _NULL_COSTS = frozenset({"rack_aware_traffic_cost", "rack_aware_non_overlap_cost"})

@@ -183,6 +183,30 @@ def test_a_key_given_twice_exits_2_naming_it(text, field):
         f"error: {field}: a key given twice in one object (which one counts would be a guess)"]
 
 
+@pytest.mark.parametrize(("tail", "message"), [
+    ('"x": [1, }', "not valid JSON: Expecting value at line 1"),
+    ('"x": ' + "9" * 5_000 + "}", "not valid JSON: a number too long to read"),
+    ('"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "not valid JSON: nested too deeply"),
+])
+def test_a_key_given_twice_in_a_document_that_is_no_json_further_on(tail, message):
+    """An attack on the duplicate-key check: naming the key reads the document again, which
+    raised a traceback where the document also broke further on. It is refused as no JSON."""
+    completed = run_cli('{"config": {"a": 1, "a": 2}, ' + tail)
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [f"error: (document): {message}"]
+
+
+def test_a_caller_s_text_stream_as_standard_input(monkeypatch, capsys):
+    """``main`` called in-process with ``sys.stdin`` a text stream (no bytes under it) reads it."""
+    import io
+
+    from assignor.__main__ import main
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(VALID)))
+    assert main(["-"]) == 0
+    assert json.loads(capsys.readouterr().out)["clients"]["a"]["active"]
+
+
 def test_remote_leader_assign_names_itself_in_its_errors(tmp_path):
     """``remote-leader assign`` runs this CLI: its usage errors name the command the user typed."""
     (tmp_path / "valid.json").write_text(json.dumps(VALID))
