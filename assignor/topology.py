@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from assignor.model import InvalidInput, StateStore, TaskId, TaskSpec, TopicPartition
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,12 @@ class Topology:
 
     def task_ids(self) -> tuple[TaskId, ...]:
         return tuple(task for sub in self.subtopologies for task in sub.task_ids())
+
+    def its_tasks(self, by_task: Mapping[TaskId, V]) -> dict[TaskId, V]:
+        """The entries of ``by_task`` whose task this topology forms (a member's lags: those of
+        other tasks mean nothing to the assignment)."""
+        counts = {sub.id: sub.partition_count for sub in self.subtopologies}
+        return {task: value for task, value in by_task.items() if task.partition < counts.get(task.subtopology, 0)}
 
     def subtopology(self, subtopology_id: int) -> Subtopology | None:
         for sub in self.subtopologies:

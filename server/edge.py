@@ -821,8 +821,9 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
 
         # the view holds only values no call replaces in place: it is read safely off the loop,
         # where a large group's answer is built (0.3 s for 20,000 tasks, an outsider measured:
-        # every health check and heartbeat waited for it)
-        if view.topology is None or sum(sub.partition_count for sub in view.topology.subtopologies) <= OFF_LOOP_TASKS:
+        # every health check and heartbeat waited for it; the members' lags count as much)
+        tasks = 0 if view.topology is None else sum(sub.partition_count for sub in view.topology.subtopologies)
+        if tasks + sum(len(member.lags) for member in view.members) <= OFF_LOOP_TASKS:
             return encode()
         return await asyncio.to_thread(encode)
 

@@ -137,6 +137,16 @@ async def test_static_member_restart_takes_its_old_place_without_rebalance(leade
     assert hosts == {a.process_id: 7001, b.process_id: 7002}
 
 
+async def test_lags_of_tasks_outside_the_topology_are_not_kept(leader):
+    """An attack on the DescribeGroup answer: members reporting 50,000 lags each of tasks no
+    topology forms made answers of 90 MB, stored and snapshot with the group. The assignor ignores
+    them; the group keeps only lags of its topology's tasks (three partitions of subtopology 0)."""
+    a = leader.worker(task_lags={"0_0": 5, "0_2": 7, "0_3": 9, "7_0": 11})
+    await rebalance(leader.clock, [a], advance_ms=INITIAL_DELAY_MS)
+    (member,) = (await _describe(leader)).members
+    assert {(lag.task.subtopology, lag.task.partition): lag.lag for lag in member.lags} == {(0, 0): 5, (0, 2): 7}
+
+
 async def test_a_static_member_may_leave_its_optional_instance_id_out_after_joining(leader):
     """``group_instance_id`` is optional on every call: a static member that names it only when
     it joins is checked by its member id, as Kafka's coordinator does, not fenced by itself; a
