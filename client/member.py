@@ -93,6 +93,11 @@ _FATAL = frozenset({
     epb.ERROR_CODE_INVALID_SESSION_TIMEOUT, epb.ERROR_CODE_INVALID_GROUP_ID,
 })
 _LOCK_HOLDER = "member"
+#: How long a JoinGroup (and SyncGroup) waits, beyond the rebalance timeout, for the leader to
+#: compute the assignment: seconds for the largest groups. Given up sooner, the retry is a rejoin
+#: that starts the rebalance over, and a group of 50,000 tasks whose assignment took 18 s never
+#: formed (a large-group audit's find).
+ASSIGNMENT_GRACE_MS = 60_000
 CLOSE_GRACE_S = 5.0
 """How long close() waits for a cancelled assignment callback to finish."""
 #: MOVED as the names a RoutingError carries.
@@ -194,8 +199,10 @@ class MemberConfig:
 
     @property
     def join_timeout_s(self) -> float:
-        """JoinGroup long-polls for up to the rebalance timeout; allow 5 s more (Kafka's consumer does)."""
-        return (max(self.rebalance_timeout_ms, self.session_timeout_ms) + 5_000) / 1000
+        """JoinGroup long-polls for up to the rebalance timeout, 5 s more as Kafka's consumer
+        allows, and then the time the leader computes the assignment before it answers, which a
+        Kafka leader spends after its join (``ASSIGNMENT_GRACE_MS``)."""
+        return (max(self.rebalance_timeout_ms, self.session_timeout_ms) + 5_000 + ASSIGNMENT_GRACE_MS) / 1000
 
 
 @dataclass(frozen=True, slots=True)

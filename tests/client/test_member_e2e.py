@@ -673,3 +673,27 @@ def test_member_config_names_bad_fields():
         with pytest.raises(InvalidInput) as refused:
             member_config("g", 0, **{field: value})
         assert refused.value.field == field
+
+
+async def test_a_member_waits_for_an_assignment_slower_than_its_join_deadline_used_to_be(leader):
+    """A large group's assignment takes seconds after the join barrier: a member that gave its
+    JoinGroup only the rebalance timeout and 5 s (6 s here) retried, and the retry, a rejoin,
+    started the rebalance over, for good while every run was as slow (a 50,000-task group never
+    formed). The first run here takes 7 s; the member waits for it: one generation."""
+    solve = leader.server.coordinator.assign
+    runs = []
+
+    async def slow_first(problem):
+        runs.append(problem)
+        if len(runs) == 1:
+            await asyncio.sleep(7)
+        return await solve(problem)
+
+    leader.server.coordinator.assign = slow_first
+    (member,) = await join(leader, "slow", 1)
+    try:
+        assert await converged([member], timeout=20) == 1
+        assert len(runs) == 1
+    finally:
+        leader.server.coordinator.assign = solve
+        await close_all([member])
