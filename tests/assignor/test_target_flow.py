@@ -948,3 +948,28 @@ def test_the_hub_trades_nothing_beyond_its_budget(monkeypatch):
     units_of, *rest = _two_crowded_hubs()
     target._trade_hub_units(units_of, *rest)
     assert units_of == {0: {"a": 1, "b": 1}, 1: {"d": 1, "e": 1}}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(group=groups(max_clients=5, max_tasks=60), lag_aware=st.booleans(), extra=st.integers(0, 2))
+def test_standbys_on_every_other_client_are_the_flows_only_answer(group, lag_aware, extra):
+    """With as many standbys as other clients (or more), every client but the active holds one:
+    ``standby_target`` answers that at once, and the flows, which dealt it unit by unit (3
+    clients, 2 standbys, 50,000 tasks: 25 s of swap searches), reach the same."""
+    specs, clients = group
+    group_index = Group.of(specs, clients)
+    per_task = group_index.standby_count(len(clients) - 1 + extra)
+    if per_task == 0 or not group_index.stateful:
+        return
+    ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
+    costs = CostModel(lag_aware)
+    actives = target.active_target(group_index, ranking, costs)
+    forced = target.standby_target(group_index, ranking, costs, actives, len(clients) - 1 + extra)
+    assert forced == {task: tuple(c for c in group_index.clients if c != actives[task]) for task in group_index.stateful}
+    for formulation in target.standby_formulations(group_index, per_task):
+        dealt = formulation.solve(group_index, ranking, costs, actives, per_task)
+        if dealt is not None:
+            assert {task: tuple(sorted(holders)) for task, holders in dealt.items()} == forced, formulation
+            break
+    else:
+        raise AssertionError("no formulation answered")
