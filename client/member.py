@@ -725,6 +725,10 @@ class GroupMember:
         last_ok = time.monotonic()
         attempt = 0
         rejoin_due = False
+        # The first goes at once: the leader counts the session from the SyncGroup, whose answer
+        # (tens of MB for a large group) took seconds to arrive and be read; a heartbeat an
+        # interval later still came after the session ended, every generation (an audit's find)
+        beat_now = True
         locking: asyncio.Task | None = None
         try:
             while not self._closing.is_set():
@@ -739,9 +743,12 @@ class GroupMember:
                     if locking.done():
                         return
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), interval)
-                    continue  # woken: closing, applied, the lock taken, or a rejoin asked for
+                if beat_now:
+                    beat_now = False
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), interval)
+                        continue  # woken: closing, applied, the lock taken, or a rejoin asked for
                 request = self._with_instance(pb.HeartbeatRequest(
                     group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation,
                     lags=self._heartbeat_lags()))
@@ -751,6 +758,9 @@ class GroupMember:
                     if error.code() not in _TRANSIENT:
                         raise self._fatal_rpc(error) from None
                     attempt += 1
+                    # said, not only retried: an operator whose members expire must see why
+                    self._log.info("member.heartbeat.retry", code=error.code().name, attempt=attempt,
+                                   since_last_ok_ms=round((time.monotonic() - last_ok) * 1000))
                     if (time.monotonic() - last_ok) * 1000 > self.config.session_timeout_ms:
                         self._log.warning("member.heartbeat.session_lost", code=error.code().name)
                         return

@@ -146,6 +146,10 @@ class StreamsMetadataState:
 
     def __init__(self, cluster: ClusterMetadata) -> None:
         self.topology = cluster.topology
+        # each subtopology's topics and stores, found by id once: looked up per task by a scan of
+        # the subtopologies, 50,000 tasks on 500 of them took 1.5 s of every rebalance
+        self._topics = {sub.id: tuple(topic.name for topic in sub.source_topics) for sub in self.topology.subtopologies}
+        self._stores = {sub.id: tuple(store.name for store in sub.state_stores) for sub in self.topology.subtopologies}
         active_by_host, standby_by_host = cluster.active_by_host(), cluster.standby_by_host()
         self._active_owner: dict[TaskId, HostInfo] = {}
         self._standby_hosts: dict[TaskId, list[HostInfo]] = {}
@@ -163,20 +167,13 @@ class StreamsMetadataState:
 
     def _host_metadata(self, host: HostInfo, active: frozenset[TaskId], standby: frozenset[TaskId]) -> StreamsMetadata:
         def partitions(tasks: frozenset[TaskId]) -> frozenset[tuple[str, int]]:
-            result = set()
-            for task in tasks:
-                sub = self.topology.subtopology(task.subtopology)
-                if sub is not None:
-                    result.update((topic.name, task.partition) for topic in sub.source_topics)
-            return frozenset(result)
+            topics = self._topics
+            return frozenset((topic, task.partition) for task in tasks for topic in topics.get(task.subtopology, ()))
 
         def stores(tasks: frozenset[TaskId]) -> frozenset[str]:
-            result = set()
-            for task in tasks:
-                sub = self.topology.subtopology(task.subtopology)
-                if sub is not None:
-                    result.update(store.name for store in sub.state_stores)
-            return frozenset(result)
+            named = self._stores
+            return frozenset(store for subtopology in {task.subtopology for task in tasks}
+                             for store in named.get(subtopology, ()))
 
         return StreamsMetadata(host, active, standby, partitions(active), partitions(standby),
                                stores(active), stores(standby))
