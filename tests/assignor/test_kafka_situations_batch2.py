@@ -29,13 +29,11 @@ from types import MappingProxyType
 
 import pytest
 
-from assignor import assign
-from assignor.convergence import caught_up_clients, settle
+from assignor.convergence import settle
 from assignor.model import UNKNOWN, AssignmentConfig, ClientState, TaskId
 from assignor.scenario import parse_problem, problem_to_document, result_to_document
-from tests.assignor.invariants import broken_rules
 from tests.assignor.kafka_situations import CHANGELOG, Outcome, client, run, scenario, tasks
-from tests.assignor.test_kafka_convergence import kafka_tasks, new_client, probing_rules
+from tests.assignor.test_kafka_convergence import converge, kafka_tasks, new_client
 
 ROOT = Path(__file__).resolve().parent
 NINE = "0_0 0_1 0_2 1_0 1_1 1_2 2_0 2_1 2_2"
@@ -724,19 +722,6 @@ def back_with_unknown_state(gone: ClientState, members: list[ClientState]) -> Cl
     held = gone.prev_active | gone.prev_standby
     return replace(gone, prev_active=frozenset(), prev_standby=frozenset(held),
                    lags=MappingProxyType({task: UNKNOWN for task in held if task in gone.lags}))
-
-
-def converge(tasks_, clients, config, limit, label):
-    current = list(clients)
-    for round_index in range(limit):
-        result = assign(tasks_, current, config)
-        broken = broken_rules(tasks_, current, config, result) + probing_rules(tasks_, current, config, result)
-        assert broken == [], f"{label}, round {round_index + 1}: {broken[:3]}"
-        current = caught_up_clients(tasks_, current, result)
-        if not result.probing_rebalance_needed:
-            assert assign(tasks_, current, config).clients == result.clients, f"{label}: a settled assignment moved"
-            return current
-    raise AssertionError(f"{label}: not settled within {limit} assignments")
 
 
 def scaling_events(seed: int, strategy: str) -> None:
