@@ -280,15 +280,16 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
             active_owner[task_id] = client_id
         lags = _parse_lags(item.get("lags"), f"{where}.lags", task_index)
         fields.append((client_id, threads, rack, tags, prev_active, prev_standby, lags))
-    running = _running_owners(fields, active_owner)
+    running, demoted = _running_owners(fields, active_owner)
+    none: frozenset[TaskId] = frozenset()
     clients = [
         ClientState(
             id=client_id,
             threads=threads,
             rack=rack,
             tags=MappingProxyType(dict(tags)),
-            prev_active=prev_active | running.get(client_id, frozenset()),
-            prev_standby=prev_standby - prev_active - running.get(client_id, frozenset()),
+            prev_active=prev_active | running.get(client_id, none),
+            prev_standby=(prev_standby | demoted.get(client_id, none)) - prev_active - running.get(client_id, none),
             lags=MappingProxyType(lags),
         )
         for client_id, threads, rack, tags, prev_active, prev_standby, lags in fields
@@ -296,21 +297,29 @@ def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientSt
     return tuple(sorted(clients, key=lambda client: client.id))
 
 
-def _running_owners(fields: list, active_owner: Mapping[TaskId, str]) -> dict[str, frozenset[TaskId]]:
+def _running_owners(fields: list, active_owner: Mapping[TaskId, str]
+                    ) -> tuple[dict[str, frozenset[TaskId]], dict[str, frozenset[TaskId]]]:
     """Per client, the tasks it reports ``"latest"`` (it runs them as caught-up actives) that no
     client lists in ``prev_active``: its previous actives too, as a member's lag report makes
     them (KIP-441 "Rebalance Metadata": the lags subsume the previous tasks;
-    ``ClientState.from_report``). Two clients running one task: the first by id keeps the claim,
-    as ``Group.of`` decides; the other's ``"latest"`` still means caught up there."""
+    ``ClientState.from_report``); and per client, the tasks it reports ``"latest"`` whose claim
+    another keeps (a listed owner, else the first by id, as ``Group.of`` decides): its previous
+    standbys, caught up, as the group protocol's path makes such a zombie's copy
+    (``server.problem``)."""
     claimed: dict[TaskId, str] = {}
+    demoted: dict[str, set[TaskId]] = defaultdict(set)
     for client_id, *_, lags in sorted(fields, key=lambda row: row[0]):
         for task_id, lag in lags.items():
-            if lag.running and task_id not in active_owner:
-                claimed.setdefault(task_id, client_id)
+            if not lag.running:
+                continue
+            keeper = active_owner.get(task_id) or claimed.setdefault(task_id, client_id)
+            if keeper != client_id:
+                demoted[client_id].add(task_id)
     running: dict[str, set[TaskId]] = defaultdict(set)
     for task_id, client_id in claimed.items():
         running[client_id].add(task_id)
-    return {client_id: frozenset(tasks) for client_id, tasks in running.items()}
+    return ({client_id: frozenset(tasks) for client_id, tasks in running.items()},
+            {client_id: frozenset(tasks) for client_id, tasks in demoted.items()})
 
 
 def _parse_lags(raw: Any, where: str, tasks: _TaskIndex) -> dict[TaskId, Lag]:
