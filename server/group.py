@@ -1057,8 +1057,12 @@ class Group:
         if sub is None:
             return RouteAnswer(ErrorCode.UNKNOWN_STATE_STORE, f"store {store!r} is not in group {self.group_id!r}'s topology")
         task = TaskId(sub.id, partition)
-        if not 0 <= partition < sub.partition_count or self.result is None:
-            return RouteAnswer(ErrorCode.UNKNOWN_PARTITION, f"no assignment for partition {partition} of store {store!r}", task)
+        if not 0 <= partition < sub.partition_count:
+            return RouteAnswer(ErrorCode.UNKNOWN_PARTITION, f"no partition {partition} of store {store!r}: it has "
+                                                            f"{sub.partition_count}", task)
+        if self.result is None:  # said so: read as a bad partition, a large-group audit's queries looked broken
+            return RouteAnswer(ErrorCode.UNKNOWN_PARTITION, f"no assignment for partition {partition} of store {store!r} "
+                                                            "now: the group is rebalancing (or its assignor failed); retry", task)
         by_pid = {m.process_id: m for m in self.members.values()}
         hosts: list[QueryHost] = []
         for pid, assignment in sorted(self.result.clients.items()):

@@ -148,6 +148,7 @@ async def test_a_generation_the_assignor_failed_does_not_forget_who_ran_what(lea
     await _the_assignor_fails(leader, workers)
     route = await leader.stub.RouteQuery(pb.RouteQueryRequest(group_id="app", store="store0", partition=0))
     assert route.error_code == epb.ERROR_CODE_UNKNOWN_PARTITION
+    assert route.error_message.endswith("now: the group is rebalancing (or its assignor failed); retry")
     described = (await leader.stub.DescribeGroup(pb.DescribeGroupRequest(group_id="app"))).group
     assert described.assignment_error == epb.ASSIGNOR_ERROR_ASSIGNMENT_ERROR
     assert not any(m.active or m.standby or m.warmup for m in described.members)
