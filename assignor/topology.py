@@ -133,6 +133,10 @@ class Topology:
     def task_ids(self) -> tuple[TaskId, ...]:
         return tuple(task for sub in self.subtopologies for task in sub.task_ids())
 
+    @property
+    def task_count(self) -> int:
+        return sum(sub.partition_count for sub in self.subtopologies)
+
     def its_tasks(self, by_task: Mapping[TaskId, V]) -> dict[TaskId, V]:
         """The entries of ``by_task`` whose task this topology forms (a member's lags: those of
         other tasks mean nothing to the assignment)."""

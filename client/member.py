@@ -542,8 +542,7 @@ class GroupMember:
         # Only the topology's tasks (at the group's partition counts): the leader ignores the
         # others, but counts them against its --max-tasks-per-group, so a worker's stale task
         # directories got its JoinGroup refused and stopped the member (an audit's find).
-        partitions = {sub.id: sub.partition_count for sub in self._query_topology.subtopologies}
-        lags = {task: lag for task, lag in lags.items() if task.partition < partitions.get(task.subtopology, 0)}
+        lags = self._query_topology.its_tasks(lags)
         subscription = pb.Subscription(
             version=self._version,
             latest_supported_version=LATEST_SUPPORTED_VERSION,

@@ -115,8 +115,9 @@ _HELP: dict[str, str] = {
     "--max-tasks-per-group": "tasks a topology forms (and entries of a lag report)",
     "--max-store-partitions-per-group": "store partitions a topology forms: each subtopology's state stores "
                                         "times its tasks (SyncGroup's host maps list every one)",
-    "--max-host-map-bytes": "bytes of the host maps a topology makes every SyncGroup answer carry: each task's "
-                            "topic and store names, times its active and standbys",
+    "--max-host-map-bytes": "bytes of the names a topology makes SyncGroup answers list: each task's topic and "
+                            "store names times its active, standbys and warm-ups, and the partitions' racks; "
+                            "of each join's topology and of the group's merged one",
     "--max-members-per-group": "members of one group; a newcomer beyond it gets RESOURCE_EXHAUSTED",
     "--max-groups": "groups on this server; a new group beyond it gets RESOURCE_EXHAUSTED",
     "--max-groups-per-principal": "groups one principal created on this server (authentication on), members or not, "

@@ -776,7 +776,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             msg.assignment.CopyFrom(assignment_to_proto(assignment))
             return msg.SerializeToString() + self._host_maps.get(assignment.cluster, assignment.version)
 
-        if sum(sub.partition_count for sub in assignment.cluster.topology.subtopologies) <= OFF_LOOP_TASKS:
+        if assignment.cluster.topology.task_count <= OFF_LOOP_TASKS:
             return encode()
         return await asyncio.to_thread(encode)
 
@@ -822,7 +822,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         # the view holds only values no call replaces in place: it is read safely off the loop,
         # where a large group's answer is built (0.3 s for 20,000 tasks, an outsider measured:
         # every health check and heartbeat waited for it; the members' lags count as much)
-        tasks = 0 if view.topology is None else sum(sub.partition_count for sub in view.topology.subtopologies)
+        tasks = 0 if view.topology is None else view.topology.task_count
         if tasks + sum(len(member.lags) for member in view.members) <= OFF_LOOP_TASKS:
             return encode()
         return await asyncio.to_thread(encode)
