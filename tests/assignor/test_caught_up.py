@@ -28,6 +28,8 @@ from assignor.model import (
     TaskId,
     TaskSpec,
 )
+from assignor.ranking import rank_clients
+from assignor.target import Group, _CaughtUpTasks
 from tests.assignor.invariants import broken_rules, caught_up
 from tests.assignor.strategies import configs, groups
 
@@ -250,3 +252,16 @@ def test_a_lag_beyond_the_whole_changelog_counts_as_the_whole_changelog(lag):
     assert broken_rules(tasks, [a, b], config, result) == []
     assert len(result.clients["a"].active) == 1 and len(result.clients["b"].active) == 2
     assert not result.probing_rebalance_needed and all(not roles.warmup for roles in result.clients.values())
+
+
+@PROPERTY_SETTINGS
+@given(group=groups(), config=configs())
+def test_the_caught_up_index_lists_each_clients_caught_up_tasks_in_task_order(group, config):
+    """``take_by_swap``'s preferred partners (``assignor.target._CaughtUpTasks``) are read from
+    the lag reports rather than by asking every task's rank: the same tasks, in the same order."""
+    tasks, clients = group
+    ranking = rank_clients(tasks, clients, config.acceptable_recovery_lag)
+    index = _CaughtUpTasks(Group.of(tasks, clients), ranking)
+    stateful = sorted(spec.id for spec in tasks if spec.stateful)
+    for client in sorted(clients, key=lambda c: c.id):
+        assert list(index.of(client.id)) == [task for task in stateful if ranking.caught_up(task, client.id)]
