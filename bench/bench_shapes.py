@@ -7,6 +7,7 @@
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --rack   # rack-aware rows only
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --settled   # groups our assignor settled
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --varied    # ... whose changelog sizes vary
+    PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --baseline REV --few       # 3-10 clients x 50,000 tasks
     PYTHONPATH=. .venv/bin/python bench/bench_shapes.py --settled --baseline-python OTHER/bin/python
         # this assignor in another environment (other dependency versions: ortools, numpy)
 
@@ -94,6 +95,13 @@ SETTLED_ROWS = [
       for s in (50, 300)),
 ]
 
+# few clients, many tasks: a new application's first instances, where every client but one or
+# two holds a replica of every task (the standby dealing's swaps: docs/benchmarks.md, "Few clients")
+FEW_ROWS = [
+    *(("assign", "fresh", s, clients, 50_000, standbys, 0, "none")
+      for clients, standbys in ((3, 1), (4, 2), (6, 3)) for s in (1, 100, 500)),
+    *(("assign", "scale-out", s, 10, 50_000, 2, 0, "none") for s in (100, 500)),
+]
 
 # (..., share, within-lag share): settled groups whose changelog sizes vary, a share of them
 # within the acceptable lag (hub prices that differ, as in real applications)
@@ -228,6 +236,7 @@ def main() -> int:
                         help="only the rows of groups this checkout's assignor settled (scale-out, scale-in)")
     parser.add_argument("--varied", action="store_true",
                         help="only settled rows whose changelog sizes vary, 20%% within the acceptable lag")
+    parser.add_argument("--few", action="store_true", help="only the rows of 3-10 clients x 50,000 tasks")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--file-row", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -242,7 +251,7 @@ def main() -> int:
     if args.baseline and args.baseline_python:
         parser.error("--baseline and --baseline-python: one at a time")
     label = args.baseline or (f"python {args.baseline_python}" if args.baseline_python else None)
-    rows = LARGE_ROWS if args.large else SETTLED_ROWS if args.settled else VARIED_ROWS if args.varied \
+    rows = LARGE_ROWS if args.large else FEW_ROWS if args.few else SETTLED_ROWS if args.settled else VARIED_ROWS if args.varied \
         else FULL_ROWS if args.full else DEFAULT_ROWS
     if args.rack:
         rows = [row for row in rows if row[7] != "none"]
