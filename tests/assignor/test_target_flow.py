@@ -950,6 +950,20 @@ def test_the_hub_trades_nothing_beyond_its_budget(monkeypatch):
     assert units_of == {0: {"a": 1, "b": 1}, 1: {"d": 1, "e": 1}}
 
 
+@settings(max_examples=300, deadline=None)
+@given(buckets=st.dictionaries(st.integers(0, 5), st.integers(0, 4), min_size=1, max_size=6),
+       receivers=st.dictionaries(st.integers(0, 5), st.integers(1, 4), min_size=1, max_size=6))
+def test_hub_units_are_dealable_exactly_when_the_tree_deals_them(buckets, receivers):
+    """``_dealable`` against the dealing flow over every client (``_AllButOneHub``), which
+    ``_deal_hub_units`` built for each answer before: a subtopology of one task whose hub unit
+    went to its active is the common no."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target, "_dealable", lambda *_: True)
+        dealt = target._deal_hub_units(buckets, receivers, 6)
+    assert target._dealable(buckets, receivers) == (dealt is not None)
+    assert not target._dealable({3: 1}, {3: 1})
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(group=groups(max_clients=5, max_tasks=60), lag_aware=st.booleans(), extra=st.integers(0, 2))
 def test_standbys_on_every_other_client_are_the_flows_only_answer(group, lag_aware, extra):
