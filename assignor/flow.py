@@ -381,6 +381,10 @@ def fill_by_demand(demand: np.ndarray, caps: np.ndarray, amount: int) -> np.ndar
     room = np.minimum(caps, demand)
     if int(room.sum()) <= amount:
         return room
+    if amount == 1:  # what the bisection finds, without it: one unit per subtopology of one task
+        given = np.zeros_like(room)
+        given[int(np.argmax(np.where(room > 0, demand, -1)))] = 1
+        return given
     low, high = 0, int(demand.max())  # given(level) = min(caps, max(0, demand - level)) shrinks with level
     while low < high:
         level = (low + high) // 2

@@ -249,7 +249,9 @@ class _SubtopologyHubs:
         self._clients = clients
         self._position = {client: index for index, client in enumerate(clients)}
         self._downstream = downstream
-        self._caps = {key: -(-(counts[key] * thread_counts) // capacity) for key in sorted(counts)}
+        # one array per count: keys alike share it (``close`` sums them at once)
+        caps_of = {count: -(-(count * thread_counts) // capacity) for count in set(counts.values())}
+        self._caps = {key: caps_of[counts[key]] for key in sorted(counts)}
         self.hub = {key: graph.node() for key in sorted(counts)}
         self._node: dict = {key: {} for key in self.hub}
         self._detached: dict = defaultdict(set)  # per key, the clients whose node the hub does not feed
@@ -320,36 +322,56 @@ class _SubtopologyHubs:
                 self._funnelled[[self._position[client] for client in self.own_arcs]] = False
         funnels: dict[int, list] = defaultdict(list)  # keys by downstream (head arrays are equal or disjoint)
         is_inner = np.zeros(len(self._clients), dtype=bool)
+        # A key without inner clients (most, in a fresh group) splits its clients as every such key
+        # does: one pair of arrays for all of them. Their arcs, in the order of a call per key and
+        # kind, go to the graph in one call: with 20,000 subtopologies of one partition, those
+        # calls (most of them empty) cost more than the solves.
+        unfunnelled_all, funnelled_all = everyone[~self._funnelled], everyone[self._funnelled]
+        none = np.zeros(0, dtype=np.int64)
+        layer = _ArcBatch(graph)
         for key, hub in self.hub.items():
             heads, caps, nodes = self._downstream(key), self._caps[key], self._node[key]
-            inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
-            inner_nodes = np.array(list(nodes.values()), dtype=np.int64)
-            is_inner[inner] = True
-            outer = everyone[~is_inner]
-            is_inner[inner] = False
-            graph.arcs(inner_nodes, heads[inner], caps[inner], 0)
-            graph.arcs(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
-            detached = self._detached.get(key)
-            if detached:
-                fed = np.array([client not in detached for client in nodes], dtype=bool)
-                inner, inner_nodes = inner[fed], inner_nodes[fed]
-            via_node = graph.arcs(hub, inner_nodes, BIG_CAPACITY, 0)
-            funnelled = outer[self._funnelled[outer]]
-            outer = outer[~self._funnelled[outer]]
-            free = graph.arcs(hub, heads[outer], caps[outer], 0)
-            excess = graph.arcs(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            if nodes:
+                inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
+                inner_nodes = np.array(list(nodes.values()), dtype=np.int64)
+                is_inner[inner] = True
+                outer = everyone[~is_inner]
+                is_inner[inner] = False
+                layer.add(inner_nodes, heads[inner], caps[inner], 0)
+                layer.add(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+                detached = self._detached.get(key)
+                if detached:
+                    fed = np.array([client not in detached for client in nodes], dtype=bool)
+                    inner, inner_nodes = inner[fed], inner_nodes[fed]
+                via_node = layer.add(hub, inner_nodes, BIG_CAPACITY, 0)
+                funnelled = outer[self._funnelled[outer]]
+                outer = outer[~self._funnelled[outer]]
+            else:
+                inner, via_node, outer, funnelled = none, layer.add(hub, none, 0, 0), unfunnelled_all, funnelled_all
+            if len(outer):
+                free = layer.add(hub, heads[outer], caps[outer], 0)
+                excess = layer.add(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+            else:
+                free = excess = layer.add(hub, none, 0, 0)
             self._entries[key] = (inner, via_node, outer, free, excess, funnelled)
             if len(funnelled):
                 funnels[int(heads[0])].append(key)
+        layer.close()
         for keys in funnels.values():
             heads = self._downstream(keys[0])
             funnel, overflow = graph.node(), graph.node()
             client_caps = np.zeros(len(self._clients), dtype=np.int64)
             key_caps = []
+            alike: dict[tuple[int, int], list] = {}  # keys sharing their caps and funnelled clients (arrays)
             for key in keys:
-                funnelled = self._entries[key][5]
-                client_caps[funnelled] += self._caps[key][funnelled]
-                key_caps.append(int(self._caps[key][funnelled].sum()))
+                funnelled, caps = self._entries[key][5], self._caps[key]
+                share = alike.get((id(funnelled), id(caps)))
+                if share is None:
+                    share = alike[id(funnelled), id(caps)] = [funnelled, caps, 0, int(caps[funnelled].sum())]
+                share[2] += 1
+                key_caps.append(share[3])
+            for funnelled, caps, times, _ in alike.values():
+                client_caps[funnelled] += times * caps[funnelled]
             hubs = np.array([self.hub[key] for key in keys], dtype=np.int64)
             reached = np.flatnonzero(client_caps)
             self._funnels.append((
@@ -382,7 +404,9 @@ class _SubtopologyHubs:
             if units is None:  # only this funnel's clients leave it: another's split held
                 fed.update(self._clients[index] for index in np.flatnonzero(demand).tolist())
             else:
-                self._funnelled_units.update(units)
+                for key, given in units.items():  # kept sparse: one unit each, at 20,000 subtopologies
+                    receiving = np.flatnonzero(given)
+                    self._funnelled_units[key] = (self._entries[key][5][receiving], given[receiving])
         return frozenset(fed)
 
     def _deal_greedily(self, keys: list, supplied: list[int], demand: np.ndarray, paid: int) -> dict | None:
@@ -439,13 +463,9 @@ class _SubtopologyHubs:
         that, everyone."""
         return self.own_arcs | fed if self._first_round else frozenset(self._clients)
 
-    def units(self, graph: FlowGraph, key) -> dict[str, int]:
-        """How many of the key's hub replicas each client received."""
-        return dict(zip(self._clients, self.unit_array(graph, key).tolist(), strict=True))
-
     def receivers(self, graph: FlowGraph, key) -> dict[str, int]:
-        """``units`` of the clients that received any, in client order: a key's hub replicas go
-        to few of a large group's clients."""
+        """How many of the key's hub replicas each client received, for the clients that received
+        any, in client order: a key's hub replicas go to few of a large group's clients."""
         units = self.unit_array(graph, key)
         receiving = np.flatnonzero(units)
         return dict(zip([self._clients[index] for index in receiving.tolist()], units[receiving].tolist(), strict=True))
@@ -457,8 +477,36 @@ class _SubtopologyHubs:
         units[inner] = graph.flows(via_node)
         units[outer] = graph.flows(free) + graph.flows(excess)
         if key in self._funnelled_units:
-            units[funnelled] = self._funnelled_units[key]
+            receiving, amounts = self._funnelled_units[key]
+            units[receiving] = amounts
         return units
+
+
+class _ArcBatch:
+    """Arcs added as by one ``FlowGraph.arcs`` call each, numbered as those calls would number
+    them, but handed to the graph in one call (``close``): many small calls cost more than
+    their arcs. Nothing else may add arcs to the graph until then."""
+
+    def __init__(self, graph: FlowGraph) -> None:
+        self._graph = graph
+        self._next = graph.arc_count
+        self._columns: list[tuple] = []
+
+    def add(self, tail, heads: np.ndarray, capacities, cost: int) -> range:
+        """``tail``: one node, or one per arc; ``capacities``: one, or one per arc."""
+        count = len(heads)
+        if count:
+            self._columns.append((_column(tail, count), heads, _column(capacities, count), _column(cost, count)))
+        self._next += count
+        return range(self._next - count, self._next)
+
+    def close(self) -> None:
+        if self._columns:
+            self._graph.arcs(*(np.concatenate(column) for column in zip(*self._columns, strict=True)))
+
+
+def _column(values, count: int) -> np.ndarray:
+    return values if isinstance(values, np.ndarray) else np.full(count, values, dtype=np.int64)
 
 
 def share_segments(window: tuple[int, int], share: tuple[int, int]) -> list[tuple[int, int]]:
@@ -1651,7 +1699,7 @@ class _StandbyFlow:
         for holders in chosen.values():
             for client in holders:
                 load[client] += 1
-        units_of = {key: self.hubs.units(graph, key) for key in hub_units}
+        units_of = {key: self.hubs.receivers(graph, key) for key in hub_units}
         if formulation.trades_units:
             _trade_hub_units(units_of, {key: tasks for key, tasks in hub_units.items() if key not in self.trees},
                              self.actives, zip(pick_tasks, pick_clients, strict=True), self.hubs.caps, self.position)
