@@ -57,6 +57,7 @@ PAIRING_COST = 32
 # were uncounted (fresh 1,000 x 20,000, 3 values per key: 5 keys 31 s, 20 keys and 2 standbys
 # 375 s; counted, 9.6 and 8.8 s).
 SPREAD_BUDGET = 500
+PARTNER_BATCH = 1 << 18  # candidate pairs built at once by ``_AnchorReturns._partners`` (memory)
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
 MAX_ROUNDS = 50
 LOSS_INDEX_AFTER = 10_000  # partner checks after which the spread search builds its loss index
@@ -929,6 +930,8 @@ class _AnchorReturns:
         if not settled:
             self.free = self._free(np.arange(len(anchored))).any(axis=1)
         self.searched = False
+        self.ready_keys: np.ndarray | None = None  # task x clients + client, as ``_not_ready`` reads readiness
+        self.inverted: np.ndarray | None = None
 
     def _free(self, tasks: np.ndarray) -> np.ndarray:
         anchors = self.anchors[tasks]
@@ -964,7 +967,19 @@ class _AnchorReturns:
             changed = True
 
     def _swap(self, state: _Standbys, pricing: _Pricing, tasks: np.ndarray, free: np.ndarray) -> bool:
-        """Swaps of the standbys of ``tasks`` to their free anchors (``free``, per anchor)."""
+        """Swaps of the standbys of ``tasks`` to their free anchors (``free``, per anchor).
+
+        A mover (a standby on client a, a free anchor b of its task) meets the standbys on b in
+        the order of the gain, and only those whose swap pays. All else a check asks of the
+        partner (spread, readiness, ``may_take``) depends on the client pair (a, b) alone, so
+        per client pair the standbys on b that pass are filed once (``_partners``) and each
+        mover takes the first one that its readiness lets trade: the pairs that the checks
+        refuse are never met. With 2 standbys these had been nearly all (only one standby's
+        spread was filtered; 100 x 20,000 tasks: 1.8M checks for 721 swaps) and few clients
+        had built all of them (10 x 20,000: 60M pairs, 5 GB). What is filed is what the start
+        of the search saw; a task swapped since is met wherever it stood then, and judged as
+        it is now, so the swaps are the ones a check of every pair would take.
+        """
         holders = self.holders[tasks]
         row, column = np.nonzero(free)
         movers, clients, anchors = [], [], []
@@ -974,73 +989,187 @@ class _AnchorReturns:
             clients.append(holders[row[held], k])
             anchors.append(self.anchors[tasks[row[held]], column[held]])
         mover, client, anchor = np.concatenate(movers), np.concatenate(clients), np.concatenate(anchors)
-        traffic, non_overlap = pricing.traffic, pricing.non_overlap
-        cross, rack, loc, act, single = pricing.cross_array, self.rack, self.loc, state.active_loc, state.single
+        traffic, non_overlap, cross, rack = pricing.traffic, pricing.non_overlap, pricing.cross_array, self.rack
         delta = (traffic * (cross[mover, rack[anchor]] - cross[mover, rack[client]])
                  + non_overlap * (self.anchors[mover] == client[:, None]).any(axis=1) - non_overlap)
-        # one standby: its spread is not worse exactly where it shares no more location values
-        keep = ~single[mover] | ((act[mover] == loc[anchor]).sum(axis=1) <= (act[mover] == loc[client]).sum(axis=1))
-        mover, client, anchor, delta = mover[keep], client[keep], anchor[keep], delta[keep]
+        # a mover whose spread would be worse at its anchor: for good with one standby, with
+        # several while its other standbys stay where they are
+        spreads = self._spread_change(state, mover, client, anchor) <= 0
+        keep = spreads | ~state.single[mover]
+        order = np.flatnonzero(keep)[np.lexsort((anchor[keep], client[keep], mover[keep], delta[keep]))]
+        mover, client, anchor, delta, spreads = mover[order], client[order], anchor[order], delta[order], spreads[order]
         if not len(mover):
             return False
-        # The standbys on each anchor, sorted by the least their move could cost (to their best
-        # rack, back to an anchor of theirs): each mover meets only the prefix that could pay.
-        targets = np.unique(anchor)
-        sizes = np.fromiter((len(state.on_client[c]) for c in targets.tolist()), dtype=np.int64, count=len(targets))
-        other = np.fromiter(itertools.chain.from_iterable(state.on_client[c] for c in targets.tolist()),
-                            dtype=np.int64, count=int(sizes.sum()))
-        if not len(other):
-            return False
-        there = np.repeat(targets, sizes)
-        their = self.anchors[other]
-        least = (traffic * (self.best_cross[other] - cross[other, rack[there]])
-                 + non_overlap * (their == there[:, None]).any(axis=1)
-                 - non_overlap * ((their >= 0) & (their != there[:, None])).any(axis=1))
-        floor = int(least.min())
-        span = int(max(least.max(), -delta.min())) - floor + 2
-        key = np.repeat(np.arange(len(targets)), sizes) * span + (least - floor)
-        order = np.argsort(key, kind="stable")
-        key, other = key[order], other[order]
-        at = np.searchsorted(targets, anchor) * span
-        start = np.searchsorted(key, at)
-        lengths = np.searchsorted(key, at + np.clip(-delta - floor, 0, span - 1)) - start
-        pair = np.repeat(np.arange(len(mover)), lengths)
-        other = other[_ranges(start, lengths)]
-        a, b = client[pair], anchor[pair]
-        theirs = self.anchors[other]
-        total = delta[pair] + (traffic * (cross[other, rack[a]] - cross[other, rack[b]])
-                               + non_overlap * (theirs == b[:, None]).any(axis=1)
-                               - non_overlap * (theirs == a[:, None]).any(axis=1))
-        ok = (total < 0) & (other != mover[pair]) & (self.active[other] != a) & (
-            ~single[other] | ((act[other] == loc[a]).sum(axis=1) <= (act[other] == loc[b]).sum(axis=1)))
-        pick = np.flatnonzero(ok)
-        if not len(pick):
-            return False
-        pair, other, total = pair[pick], other[pick], total[pick]
-        order = np.lexsort((other, total, anchor[pair], client[pair], mover[pair], delta[pair]))
-        pair, other = pair[order], other[order]
-        first = np.flatnonzero(np.diff(pair, prepend=-1))  # each mover's partners, best first
-        holders, swapped = state.holders, False
+        # readiness: a swap may not put more of the two on clients that restore them, so a mover
+        # whose own standby would restore more (``owes`` 1) takes only a partner restoring less
+        owes = self._not_ready(state, mover, anchor) - self._not_ready(state, mover, client)
+        size = len(state.clients)
+        keys, pair_of = np.unique(client * size + anchor, return_inverse=True)
+        bound = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(bound, pair_of, -delta)
+        pair_client, pair_anchor = keys // size, keys % size
+        cost, task_of, owed, starts = self._partners(state, pricing, pair_client, pair_anchor, bound)
+        filed: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        by_anchor: dict[int, list[int]] = {}
+        for index, at in enumerate(pair_anchor.tolist()):
+            by_anchor.setdefault(at, []).append(index)
+        pair_client_list, bound_list = pair_client.tolist(), bound.tolist()
+        single, holders, swapped = state.single, state.holders, False
+        touched: dict[int, tuple[int, ...]] = {}  # tasks swapped in this search: their standbys' clients before
+        revived: dict[int, list[tuple[int, int, int]]] = {}  # per client pair, (cost, task, owed) of these
+        filings: dict[int, list[tuple[int, tuple[int, int, int]]]] = {}  # per touched task, where it is filed
 
         def unweighed(task: int) -> bool:  # past the spread budget, as ``_ZoneDeltas.movable``
             return not single[task] and state.moves_of[task] is None and state.spread_budget <= 0
 
-        for task, at_client, to, begin, end in zip(mover[pair[first]].tolist(), client[pair[first]].tolist(),
-                                                   anchor[pair[first]].tolist(), first.tolist(),
-                                                   [*first[1:].tolist(), len(pair)], strict=True):
-            for partner in other[begin:end].tolist():
-                if at_client not in holders[task] or to in holders[task] or unweighed(task):
-                    break  # relocated by a swap just taken (or, past the spread budget, never weighed)
-                if to not in holders[partner] or unweighed(partner):
+        def not_ready(task: int, at: int) -> int:
+            return 0 if state.ready is None else int(not state.ready_for(task, at))
+
+        def worse(task: int, leaving: int, arriving: int) -> bool:  # ``spread_if``, no budget spent
+            locs = [state.loc[arriving if c == leaving else c] for c in holders[task]]
+            return state.spread(task, locs) > state.scores[task]
+
+        def refile(task: int) -> None:
+            """File a task just swapped wherever it stood at the start and still stands, as it is now."""
+            for index, entry in filings.pop(task, ()):
+                revived[index].remove(entry)
+            now, filed_at = holders[task], []
+            for at in touched[task]:
+                if at not in now:
+                    continue
+                for index in by_anchor.get(at, ()):
+                    there = pair_client_list[index]
+                    change = pricing.cost(task, there) - pricing.cost(task, at)
+                    if (change < bound_list[index] and there != state.active[task] and there not in now
+                            and not worse(task, at, there)):
+                        entry = (change, task, not_ready(task, there) - not_ready(task, at))
+                        bisect.insort(revived.setdefault(index, []), entry)
+                        filed_at.append((index, entry))
+            filings[task] = filed_at
+
+        for task, at_client, to, gain, fits, owe, index in zip(
+                mover.tolist(), client.tolist(), anchor.tolist(), (-delta).tolist(), spreads.tolist(),
+                owes.tolist(), pair_of.tolist(), strict=True):
+            if task in touched:
+                if at_client not in holders[task] or to in holders[task] or worse(task, at_client, to):
+                    continue
+            elif not fits:
+                continue
+            lists = filed.get((index, owe))
+            if lists is None:
+                begin, end = starts[index], starts[index + 1]
+                allowed = np.flatnonzero(owed[begin:end] <= -owe) + begin
+                lists = filed[(index, owe)] = (cost[allowed].tolist(), task_of[allowed].tolist())
+            costs, others = lists
+            stop = bisect.bisect_left(costs, gain)
+            candidates = (t for t in itertools.islice(others, stop) if t not in touched)
+            if revived.get(index):
+                more = revived[index]
+                more = ((c, t) for c, t, e in itertools.islice(more, bisect.bisect_left(more, (gain,))) if e <= -owe)
+                candidates = (t for _, t in heapq.merge(
+                    ((c, t) for c, t in itertools.islice(zip(costs, others), stop) if t not in touched), more))
+            for partner in candidates:
+                if unweighed(task):
+                    break  # past the spread budget, never weighed
+                if unweighed(partner):
                     continue
                 state.budget -= 1
                 if state.budget < 0:
                     return swapped
                 if _traffic_swap_ok(state, pricing, task, at_client, partner, to):
+                    for moved in (task, partner):
+                        touched.setdefault(moved, tuple(holders[moved]))
                     state.swap(task, at_client, partner, to)
+                    refile(task)
+                    refile(partner)
                     swapped = True
                     break
         return swapped
+
+    def _partners(self, state: _Standbys, pricing: _Pricing, client: np.ndarray, anchor: np.ndarray,
+                  bound: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """Per client pair (``client``, ``anchor``), the standbys on the anchor that may go to
+        the client (not its active, not holding it, spread not worse) for a cost change below
+        ``bound``: (cost change, task, how many more of its standbys would restore (-1 to 1))
+        sorted by cost then task, pair by pair, and each pair's start. Built ``PARTNER_BATCH`` candidates at a time."""
+        traffic, non_overlap, cross, rack = pricing.traffic, pricing.non_overlap, pricing.cross_array, self.rack
+        # The standbys on each anchor, sorted by the least their move could cost (to their best
+        # rack, back to an anchor of theirs): a pair meets only the prefix that could pay.
+        targets = np.unique(anchor)
+        sizes = np.fromiter((len(state.on_client[c]) for c in targets.tolist()), dtype=np.int64, count=len(targets))
+        other = np.fromiter(itertools.chain.from_iterable(state.on_client[c] for c in targets.tolist()),
+                            dtype=np.int64, count=int(sizes.sum()))
+        there = np.repeat(targets, sizes)
+        their = self.anchors[other]
+        least = (traffic * (self.best_cross[other] - cross[other, rack[there]])
+                 + non_overlap * (their == there[:, None]).any(axis=1)
+                 - non_overlap * ((their >= 0) & (their != there[:, None])).any(axis=1))
+        floor = int(least.min(initial=0))
+        span = int(max(least.max(initial=0), bound.max())) - floor + 2
+        key = np.repeat(np.arange(len(targets)), sizes) * span + (least - floor)
+        order = np.argsort(key, kind="stable")
+        key, other = key[order], other[order]
+        at = np.searchsorted(targets, anchor) * span
+        start = np.searchsorted(key, at)
+        lengths = np.searchsorted(key, at + np.clip(bound - floor, 0, span - 1)) - start
+        ends = np.cumsum(lengths)
+        parts = []
+        first = 0
+        while first < len(lengths):
+            last = max(first + 1, int(np.searchsorted(ends, ends[first] - lengths[first] + PARTNER_BATCH, "right")))
+            pair = np.repeat(np.arange(first, last), lengths[first:last])
+            task = other[_ranges(start[first:last], lengths[first:last])]
+            a, b = client[pair], anchor[pair]
+            theirs = self.anchors[task]
+            change = (traffic * (cross[task, rack[a]] - cross[task, rack[b]])
+                      + non_overlap * (theirs == b[:, None]).any(axis=1)
+                      - non_overlap * (theirs == a[:, None]).any(axis=1))
+            pick = np.flatnonzero((change < bound[pair]) & (self.active[task] != a)
+                                  & (self.holders[task] != a[:, None]).all(axis=1))
+            pair, task, a, b, change = pair[pick], task[pick], a[pick], b[pick], change[pick]
+            pick = np.flatnonzero(self._spread_change(state, task, b, a) <= 0)
+            pair, task, a, b, change = pair[pick], task[pick], a[pick], b[pick], change[pick]
+            owed = self._not_ready(state, task, a) - self._not_ready(state, task, b)
+            parts.append((pair, change, task, owed))
+            first = last
+        pair, change, task, owed = (np.concatenate([part[k] for part in parts]) if parts
+                                     else np.zeros(0, dtype=np.int64) for k in range(4))
+        order = np.lexsort((task, change, pair))
+        return change[order], task[order], owed[order], np.searchsorted(pair[order], np.arange(len(client) + 1)).tolist()
+
+    def _spread_change(self, state: _Standbys, tasks: np.ndarray, leaving: np.ndarray, arriving: np.ndarray) -> np.ndarray:
+        """``_Standbys.spread_if`` - ``spread_now`` of each task's standby on ``leaving`` moving to
+        ``arriving`` (as its standbys were at the start of the search): per key, ``weight`` per
+        standby sharing the active's value, and one per value that a further standby repeats."""
+        active = state.active_loc[tasks]
+        left, arrives = self.loc[leaving], self.loc[arriving]
+        holders = self.holders[tasks]
+        staying = ((holders >= 0) & (holders != leaving[:, None]))[:, :, None]
+        kept = self.loc[holders]
+
+        def new(value: np.ndarray) -> np.ndarray:  # neither the active's nor a staying standby's
+            return (value != active) & ~((kept == value[:, None, :]) & staying).any(axis=1)
+
+        return (state.weight * ((arrives == active).astype(np.int64) - (left == active))
+                + new(left).astype(np.int64) - new(arrives)).sum(axis=1)
+
+    def _not_ready(self, state: _Standbys, tasks: np.ndarray, clients: np.ndarray) -> np.ndarray:
+        """1 where a client is not caught up on a task (``ready_for``), else 0; all 0 without readiness."""
+        if state.ready is None:
+            return np.zeros(len(tasks), dtype=np.int64)
+        size = len(state.clients)
+        if self.ready_keys is None:
+            listed = itertools.chain(
+                (task * size + c for task, ready in enumerate(state.ready) for c in ready),
+                (task * size + c for task, exceptions in state.everywhere_but.items() for c in exceptions))
+            self.ready_keys = np.unique(np.fromiter(listed, dtype=np.int64))
+            self.inverted = np.zeros(len(state.tasks), dtype=bool)  # listed: the clients *not* caught up
+            self.inverted[np.fromiter(state.everywhere_but, dtype=np.int64, count=len(state.everywhere_but))] = True
+        keys = tasks * size + clients
+        found = np.zeros(len(keys), dtype=bool)
+        if len(self.ready_keys):
+            found = self.ready_keys[np.minimum(np.searchsorted(self.ready_keys, keys), len(self.ready_keys) - 1)] == keys
+        return (found == self.inverted[tasks]).astype(np.int64)
 
 
 class _ReadyPartners:
