@@ -1073,7 +1073,7 @@ class _AnchorReturns:
                 more = revived[index]
                 more = ((c, t) for c, t, e in itertools.islice(more, bisect.bisect_left(more, (gain,))) if e <= -owe)
                 candidates = (t for _, t in heapq.merge(
-                    ((c, t) for c, t in itertools.islice(zip(costs, others), stop) if t not in touched), more))
+                    ((c, t) for c, t in itertools.islice(zip(costs, others, strict=True), stop) if t not in touched), more))
             for partner in candidates:
                 if unweighed(task):
                     break  # past the spread budget, never weighed
