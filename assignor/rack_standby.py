@@ -33,7 +33,7 @@ import bisect
 import heapq
 import itertools
 import operator
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -52,10 +52,10 @@ PAIRING_COST = 32
 # such standby again, unbounded (1,000 clients x 20,000 tasks, 1 standby, tag keys of 3 values
 # each: 4 keys 15 s, 5 keys 49 s, 20 keys 426 s; within this budget 5, 3.4 and 2.7 s). The
 # bench's round-robin rack rows spend up to 20 per standby, two tag keys of 3 values 200. The
-# spread tables of new combinations of locations (locations x keys each) and the loss index's
-# updates count too: with random tag values every client is a location of its own, and those
-# were uncounted (fresh 1,000 x 20,000, 3 values per key: 5 keys 31 s, 20 keys and 2 standbys
-# 375 s; counted, 9.6 and 8.8 s).
+# spread tables of new combinations of locations (locations x keys each) and the losses partner
+# searches work out (``_Losses``) count too: with random tag values every client is a location
+# of its own, and those were uncounted (fresh 1,000 x 20,000, 3 values per key: 5 keys 31 s,
+# 20 keys and 2 standbys 375 s; counted, 9.6 and 8.8 s).
 SPREAD_BUDGET = 500
 PARTNER_BATCH = 1 << 18  # candidate pairs built at once by ``_AnchorReturns._partners`` (memory)
 LOOKAHEAD = 64  # traffic pass: partners tried per standby before giving up on it
@@ -90,6 +90,7 @@ class _Standbys:
         self.spread_memo: dict[tuple, int] = {}
         self.moves_memo: dict[tuple, dict[tuple[int, tuple[int, ...]], int]] = {}
         self.moves_of: list[dict[tuple[int, tuple[int, ...]], int] | None] = [None] * len(self.tasks)
+        self.better_memo: dict[tuple, list[tuple[int, tuple[int, ...]]]] = {}  # ``_better_locations``
         self.budget = SEARCH_BUDGET
         self.spread_budget = SPREAD_BUDGET * sum(map(len, self.holders))
         self.swapped: set[int] = set()
@@ -270,8 +271,6 @@ class _Standbys:
             self._file_room(moved)
 
     def _relocate(self, who: int, leave: int, arrive: int) -> None:
-        if self.losses is not None:
-            self.losses.remove(who)
         holders = self.holders[who]
         self.task_version[who] += 1
         self.moves_of[who] = None
@@ -292,8 +291,6 @@ class _Standbys:
         self.scores[who] = self.spread(who, [self.loc[c] for c in holders])
         self.swapped.add(who)
         self.log.append(who)
-        if self.losses is not None:
-            self.losses.add(who)
 
     def result(self, standbys: Mapping[TaskId, tuple[str, ...]]) -> dict[TaskId, tuple[str, ...]]:
         """The input with the swapped tasks' standbys replaced (in client order)."""
@@ -367,13 +364,7 @@ def _improve_spread(state: _Standbys, task: int) -> bool:
         return False
     for client in list(state.holders[task]):
         state.spread_budget -= len(state.classes)
-        options = []
-        for cls in state.classes:
-            if cls != state.loc[client]:
-                score = state.spread_if(task, client, cls)
-                if score < current:
-                    options.append((score, cls))
-        for score, cls in sorted(options):
+        for score, cls in _better_locations(state, task, client, current):
             partner = _find_partner(state, task, client, cls, current - score)
             if partner is not None:
                 state.swap(task, client, partner[1], partner[0])
@@ -388,6 +379,30 @@ def _improve_spread(state: _Standbys, task: int) -> bool:
                 state.move_refilled(task, client, there, other, donor)
                 return True
     return False
+
+
+def _better_locations(state: _Standbys, task: int, client: int, current: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(spread, location) of every other location where ``task``'s standby on ``client`` would
+    lower its spread, best first: ``spread_if`` of each, ranked once per table of moves (or,
+    one standby, per active location) instead of at every search."""
+    holders, memo = state.holders[task], state.better_memo
+    if len(holders) == 1:
+        active = state.loc[state.active[task]]
+        ranked = memo.get((None, active))
+        if ranked is None:
+            ranked = memo[None, active] = sorted((state.spread_if(task, client, cls), cls) for cls in state.classes)
+        here = state.loc[client]
+        return [option for option in itertools.takewhile(lambda option: option[0] < current, ranked)
+                if option[1] != here]
+    if len(state.classes) == 1:
+        return []
+    moves = state.moves(task)
+    position = holders.index(client)
+    ranked = memo.get((id(moves), position))
+    if ranked is None:  # the tables live in ``moves_memo``: their ids are not reused
+        ranked = memo[id(moves), position] = sorted(
+            (delta, cls) for (at, cls), delta in moves.items() if at == position and delta < 0)
+    return [(current + delta, cls) for delta, cls in ranked]
 
 
 def _find_refill(state: _Standbys, task: int, client: int, cls: tuple[int, ...]) -> tuple[int, int, int] | None:
@@ -482,16 +497,10 @@ def _find_partner(state: _Standbys, task: int, client: int, cls: tuple[int, ...]
     scanned = _members_to_scan(state, task, client, cls, start)
     state.spread_budget -= 1 + len(scanned) + (len(state.ready_on[client]) if state.ready is not None else 0)
     for other_client in scanned:
-        if below is not None:
-            fitting = [tasks for by_client in below if (tasks := by_client.get(other_client))]
-            if not fitting:
-                continue
         if not state.may_take(task, other_client):
             continue
         candidates = _partner_candidates(state, task, client, other_client)
-        if below is not None:
-            candidates = candidates & (fitting[0] if len(fitting) == 1 else set().union(*fitting))
-        for other in sorted(candidates):
+        for other in sorted(candidates) if below is None else below(other_client, candidates):
             state.budget -= 1
             if state.budget < 0:
                 return None
@@ -525,91 +534,113 @@ def _still_no_partner(state: _Standbys, since: int, task: int, client: int, cls:
 
 
 class _Losses:
-    """Every standby slot by how much its task's spread would worsen were it moved elsewhere.
+    """Which standbys at a location would worsen their task's spread by less than a gain, were
+    they moved to another location: what ``_find_partner`` narrows its candidates to.
 
-    ``_find_partner`` needs a partner whose loss is below the mover's gain; most searches that
-    fail do so on exactly that (a task stuck with two standbys in one location finds every
-    partner worse off for the trade). For each (location a slot is at, location it would move
-    to), slots are filed by their loss, client -> tasks, and kept up to date on every swap, so
-    such a search visits only the clients holding a slot that could accept. Narrowing only:
-    the search meets the same partners in the same order, minus those that fail on loss.
+    Most searches that fail do so on exactly that (a task stuck with two standbys in one
+    location finds every partner worse off for the trade), and such partners cost no partner
+    checks. Narrowing only: the search meets the same partners in the same order, minus those
+    that fail on loss. Losses are worked out as the search reads them; once the searches of
+    one (location, destination) have worked out as many as its standbys, that pair gets an
+    index of its slots by loss, client -> tasks, brought up to date from the location's log
+    when next read. An index of every pair, kept up to date on every relocation, cost
+    (standbys x locations) per relocation, mostly never read: 500 clients x 20,000 tasks, 2
+    standbys, 3 tag keys of 5 values, 68,000 relocations, 16 s; the searches that fail there
+    read 39 pairs.
     """
 
     def __init__(self, state: _Standbys) -> None:
         self.state = state
-        self.slots: dict[tuple, dict[int, dict[int, set[int]]]] = {}
-        self.filed: dict[int, list[tuple[tuple, int, int]]] = {}
-        counts = np.array([len(h) for h in state.holders], dtype=np.int64)
-        for count in np.unique(counts).tolist():
-            self._file_alike(np.flatnonzero(counts == count), count)
+        self.looked: dict[tuple, int] = {}  # per pair without an index, losses worked out so far
+        self.indices: dict[tuple, _PairLosses] = {}
 
-    def _file_alike(self, tasks: np.ndarray, count: int) -> None:
-        """``add`` for every task with ``count`` standbys at once (numpy): per key, a location
-        scores weight x (standbys sharing the active's value) + count + 1 - (distinct values
-        among the active and its standbys), as ``_Standbys.spread``."""
+    def below(self, here: tuple, there: tuple, gain: int) -> Callable[[int, Collection[int]], Iterable[int]] | None:
+        """(client at ``here``, its candidates) -> those whose loss moving to ``there`` is below
+        ``gain``, in task order. (None would mean: do not narrow.)"""
         state = self.state
-        classes = state.classes
-        class_index = {cls: index for index, cls in enumerate(classes)}
-        class_values = np.array(classes, dtype=np.int64).reshape(len(classes), -1)
-        client_class = np.array([class_index[loc] for loc in state.loc], dtype=np.int64)
-        holders = np.array([state.holders[t] for t in tasks.tolist()], dtype=np.int64).reshape(len(tasks), count)
-        active = class_values[client_class[np.asarray(state.active, dtype=np.int64)[tasks]]][:, None, :]
-        held = class_values[client_class[holders]]  # (tasks, count, keys)
-        score = np.asarray(state.scores, dtype=np.int64)[tasks]
-        parts = []
-        for slot in range(count):
-            here = client_class[holders[:, slot]]
-            for there in range(len(classes)):
-                moved = held.copy()
-                moved[:, slot, :] = class_values[there]
-                values = np.concatenate([moved, active], axis=1)  # (tasks, count + 1, keys)
-                distinct = np.ones(values.shape[::2], dtype=np.int64)
-                for index in range(1, count + 1):
-                    distinct += (values[:, index:index + 1, :] != values[:, :index, :]).all(axis=1)
-                shared = (moved == active).sum(axis=1)
-                loss = (state.weight * shared + count + 1 - distinct).sum(axis=1) - score
-                keep = here != there
-                parts.append(np.column_stack([here[keep], np.full(int(keep.sum()), there), loss[keep],
-                                              holders[keep, slot], tasks[keep]]))
-        table = np.concatenate(parts)
-        if not len(table):
-            return
-        table = table[np.lexsort(table.T[::-1])]
-        bounds = np.flatnonzero((np.diff(table[:, :4], axis=0) != 0).any(axis=1)) + 1
-        starts = np.concatenate([[0], bounds]).tolist()
-        ends = [*bounds.tolist(), len(table)]
-        members = table[:, 4].tolist()
-        for (here, there, loss, client), begin, end in zip(table[starts, :4].tolist(), starts, ends, strict=True):
-            by_client = self.slots.setdefault((classes[here], classes[there]), {}).setdefault(loss, {})
-            by_client.setdefault(client, set()).update(members[begin:end])
+        pair = (here, there)
+        index = self.indices.get(pair)
+        if index is None and self.looked.get(pair, 0) >= sum(len(state.on_client[c]) for c in state.members[here]):
+            index = self.indices[pair] = _PairLosses(self, here, there)
+        if index is not None:
+            return index.below(gain)
+        loss = self.loss
 
-    def _entries(self, task: int) -> list[tuple[tuple, int, int]]:
+        def fitting(client: int, candidates: Collection[int]) -> Iterator[int]:
+            looked = 0
+            for task in sorted(candidates):
+                looked += 1
+                if loss(task, client, here, there) < gain:
+                    self._charge(pair, looked)
+                    looked = 0
+                    yield task
+            self._charge(pair, looked)
+
+        return fitting
+
+    def _charge(self, pair: tuple, looked: int) -> None:
+        self.looked[pair] = self.looked.get(pair, 0) + looked
+        self.state.spread_budget -= looked
+
+    def loss(self, task: int, client: int, here: tuple, there: tuple) -> int:
+        """How much ``task``'s spread worsens were its standby on ``client`` (at ``here``) moved
+        to ``there``, without charging the spread budget for a table of moves (one score)."""
         state = self.state
-        holders, loc = state.holders[task], state.loc
-        return [((loc[holders[position]], there), loss, holders[position])
-                for (position, there), loss in state.moves(task).items() if there != loc[holders[position]]]
+        held = state.holders[task]
+        at = state.loc[state.active[task]]
+        if len(held) == 1:
+            return (state.weight + 1) * (sum(map(operator.eq, at, there)) - sum(map(operator.eq, at, here)))
+        loc = state.loc
+        moves = state.moves_of[task] or state.moves_memo.get((at, *[loc[c] for c in held]))
+        if moves is not None:
+            return moves[held.index(client), there]
+        return state.spread(task, [there if c == client else loc[c] for c in held]) - state.scores[task]
 
-    def add(self, task: int) -> None:
-        entries = self.filed[task] = self._entries(task)
-        self.state.spread_budget -= 2 * len(entries)  # filed now, removed at the next change
-        for key, loss, client in entries:
-            self.slots.setdefault(key, {}).setdefault(loss, {}).setdefault(client, set()).add(task)
 
-    def remove(self, task: int) -> None:
-        """Before ``task``'s standbys change: its entries are where ``add`` filed them (worked
-        out again for a task filed in bulk: its standbys have not changed since)."""
-        entries = self.filed.pop(task, None)
-        for key, loss, client in entries if entries is not None else self._entries(task):
-            by_client = self.slots[key][loss]
-            tasks = by_client[client]
-            tasks.discard(task)
-            if not tasks:
-                del by_client[client]
+class _PairLosses:
+    """One (location, destination) pair's slots by loss: loss -> client -> tasks."""
 
-    def below(self, here: tuple, there: tuple, gain: int) -> list[dict[int, set[int]]] | None:
-        """The slots at ``here`` whose loss moving to ``there`` is below ``gain``: client -> tasks,
-        one mapping per loss (a handful of distinct values). (None would mean: do not narrow.)"""
-        return [by_client for loss, by_client in self.slots.get((here, there), {}).items() if loss < gain and by_client]
+    def __init__(self, losses: _Losses, here: tuple, there: tuple) -> None:
+        self.losses, self.here, self.there = losses, here, there
+        self.slots: dict[int, dict[int, set[int]]] = {}
+        self.filed: dict[int, list[tuple[int, int]]] = {}
+        state = losses.state
+        self.synced = len(state.location_logs[here])
+        for client in state.members[here]:
+            for task in state.on_client[client]:
+                self._file(task, [client])
+
+    def _file(self, task: int, clients: list[int]) -> None:
+        loss = self.losses.loss
+        entries = self.filed[task] = [(loss(task, client, self.here, self.there), client) for client in clients]
+        self.losses.state.spread_budget -= len(entries)
+        for value, client in entries:
+            self.slots.setdefault(value, {}).setdefault(client, set()).add(task)
+
+    def below(self, gain: int) -> Callable[[int, Collection[int]], Iterable[int]]:
+        state = self.losses.state
+        log = state.location_logs[self.here]
+        if len(log) > self.synced:
+            holders, loc = state.holders, state.loc
+            for task in set(log[self.synced:]):
+                for value, client in self.filed.pop(task, ()):
+                    tasks = self.slots[value][client]
+                    tasks.discard(task)
+                    if not tasks:
+                        del self.slots[value][client]
+                clients = [c for c in holders[task] if loc[c] == self.here]
+                if clients:
+                    self._file(task, clients)
+            self.synced = len(log)
+        fitting = [by_client for value, by_client in self.slots.items() if value < gain and by_client]
+
+        def narrowed(client: int, candidates: Collection[int]) -> Iterable[int]:
+            found = [tasks for by_client in fitting if (tasks := by_client.get(client))]
+            if not found:
+                return ()
+            return sorted(candidates & (found[0] if len(found) == 1 else set().union(*found)))
+
+        return narrowed
 
 
 def _members_to_scan(state: _Standbys, task: int, client: int, cls: tuple[int, ...], start: int) -> list[int]:
