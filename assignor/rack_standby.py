@@ -541,7 +541,7 @@ class _Losses:
     location finds every partner worse off for the trade), and such partners cost no partner
     checks. Narrowing only: the search meets the same partners in the same order, minus those
     that fail on loss. Losses are worked out as the search reads them; once the searches of
-    one (location, destination) have worked out as many as its standbys, that pair gets an
+    one (location, destination) have worked out as many as it had standbys, that pair gets an
     index of its slots by loss, client -> tasks, brought up to date from the location's log
     when next read. An index of every pair, kept up to date on every relocation, cost
     (standbys x locations) per relocation, mostly never read: 500 clients x 20,000 tasks, 2
@@ -552,15 +552,15 @@ class _Losses:
     def __init__(self, state: _Standbys) -> None:
         self.state = state
         self.looked: dict[tuple, int] = {}  # per pair without an index, losses worked out so far
+        self.slots_at = {cls: sum(len(state.on_client[c]) for c in members) for cls, members in state.members.items()}
         self.indices: dict[tuple, _PairLosses] = {}
 
     def below(self, here: tuple, there: tuple, gain: int) -> Callable[[int, Collection[int]], Iterable[int]] | None:
         """(client at ``here``, its candidates) -> those whose loss moving to ``there`` is below
         ``gain``, in task order. (None would mean: do not narrow.)"""
-        state = self.state
         pair = (here, there)
         index = self.indices.get(pair)
-        if index is None and self.looked.get(pair, 0) >= sum(len(state.on_client[c]) for c in state.members[here]):
+        if index is None and self.looked.get(pair, 0) >= self.slots_at[here]:
             index = self.indices[pair] = _PairLosses(self, here, there)
         if index is not None:
             return index.below(gain)
