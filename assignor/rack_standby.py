@@ -91,6 +91,7 @@ class _Standbys:
         self.moves_memo: dict[tuple, dict[tuple[int, tuple[int, ...]], int]] = {}
         self.moves_of: list[dict[tuple[int, tuple[int, ...]], int] | None] = [None] * len(self.tasks)
         self.better_memo: dict[tuple, list[tuple[int, tuple[int, ...]]]] = {}  # ``_better_locations``
+        self.class_values = np.array(self.classes, dtype=np.int64).reshape(len(self.classes), -1)  # for ``moves``
         self.budget = SEARCH_BUDGET
         self.spread_budget = SPREAD_BUDGET * sum(map(len, self.holders))
         self.swapped: set[int] = set()
@@ -221,12 +222,23 @@ class _Standbys:
         key = (self.loc[self.active[task]], *locs)
         moves = self.moves_memo.get(key)
         if moves is None:
-            score = self.spread(task, locs)
-            moves = {(position, there): self.spread(task, [*locs[:position], there, *locs[position + 1:]]) - score
-                     for position in range(len(holders)) for there in self.classes}
+            moves = {}
+            active, values = key[0], self.class_values
+            for position, here in enumerate(locs):
+                # Per key, only the moved standby's value changes: ``spread``'s sum gains weight
+                # where it meets the active's value and 1 where it repeats a value still there
+                # (the active's or another standby's), each location's change at once (numpy).
+                others = locs[:position] + locs[position + 1:]
+                gained = np.zeros(len(values), dtype=np.int64)
+                lost = 0
+                for k, value in enumerate(active):
+                    present = [value, *{other[k] for other in others}]
+                    gained += self.weight * (values[:, k] == value) - ~np.isin(values[:, k], present)
+                    lost += self.weight * (here[k] == value) - (here[k] not in present)
+                moves.update(zip([(position, there) for there in self.classes], (gained - lost).tolist(), strict=True))
             self.moves_memo[key] = moves
             # locations x keys of work each: with many tag keys every client is a location of
-            # its own, and these tables (and the loss index they feed) were the unbounded part
+            # its own, and these tables (and the losses they give) were the unbounded part
             self.spread_budget -= len(moves) * len(key[0])
         self.moves_of[task] = moves
         return moves
