@@ -92,6 +92,7 @@ class _Standbys:
         self.moves_of: list[dict[tuple[int, tuple[int, ...]], int] | None] = [None] * len(self.tasks)
         self.better_memo: dict[tuple, list[tuple[int, tuple[int, ...]]]] = {}  # ``_better_locations``
         self.class_values = np.array(self.classes, dtype=np.int64).reshape(len(self.classes), -1)  # for ``moves``
+        self.value_counts = [len(v) for v in values]
         self.budget = SEARCH_BUDGET
         self.spread_budget = SPREAD_BUDGET * sum(map(len, self.holders))
         self.swapped: set[int] = set()
@@ -232,9 +233,12 @@ class _Standbys:
                 gained = np.zeros(len(values), dtype=np.int64)
                 lost = 0
                 for k, value in enumerate(active):
-                    present = [value, *{other[k] for other in others}]
-                    gained += self.weight * (values[:, k] == value) - ~np.isin(values[:, k], present)
-                    lost += self.weight * (here[k] == value) - (here[k] not in present)
+                    present = {value, *(other[k] for other in others)}
+                    by_value = np.full(self.value_counts[k], -1, dtype=np.int64)
+                    by_value[list(present)] = 0
+                    by_value[value] = self.weight
+                    gained += by_value[values[:, k]]
+                    lost += int(by_value[here[k]])
                 moves.update(zip([(position, there) for there in self.classes], (gained - lost).tolist(), strict=True))
             self.moves_memo[key] = moves
             # locations x keys of work each: with many tag keys every client is a location of
@@ -566,6 +570,7 @@ class _Losses:
         self.looked: dict[tuple, int] = {}  # per pair without an index, losses worked out so far
         self.slots_at = {cls: sum(len(state.on_client[c]) for c in members) for cls, members in state.members.items()}
         self.indices: dict[tuple, _PairLosses] = {}
+        self.tables: dict[int, tuple[int, dict]] = {}  # a task's table of moves, as of its version
 
     def below(self, here: tuple, there: tuple, gain: int) -> Callable[[int, Collection[int]], Iterable[int]] | None:
         """(client at ``here``, its candidates) -> those whose loss moving to ``there`` is below
@@ -602,11 +607,19 @@ class _Losses:
         at = state.loc[state.active[task]]
         if len(held) == 1:
             return (state.weight + 1) * (sum(map(operator.eq, at, there)) - sum(map(operator.eq, at, here)))
-        loc = state.loc
-        moves = state.moves_of[task] or state.moves_memo.get((at, *[loc[c] for c in held]))
-        if moves is not None:
-            return moves[held.index(client), there]
-        return state.spread(task, [there if c == client else loc[c] for c in held]) - state.scores[task]
+        moves = state.moves_of[task]
+        if moves is None:
+            version = state.task_version[task]
+            known = self.tables.get(task)
+            if known is not None and known[0] == version:
+                moves = known[1]
+            else:
+                loc = state.loc
+                moves = state.moves_memo.get((at, *[loc[c] for c in held]))
+                if moves is None:
+                    return state.spread(task, [there if c == client else loc[c] for c in held]) - state.scores[task]
+                self.tables[task] = (version, moves)
+        return moves[held.index(client), there]
 
 
 class _PairLosses:
@@ -618,9 +631,12 @@ class _PairLosses:
         self.filed: dict[int, list[tuple[int, int]]] = {}
         state = losses.state
         self.synced = len(state.location_logs[here])
+        clients_of: dict[int, list[int]] = {}  # a task's standbys here, all filed together
         for client in state.members[here]:
             for task in state.on_client[client]:
-                self._file(task, [client])
+                clients_of.setdefault(task, []).append(client)
+        for task, clients in clients_of.items():
+            self._file(task, clients)
 
     def _file(self, task: int, clients: list[int]) -> None:
         loss = self.losses.loss
