@@ -843,12 +843,17 @@ def _pair_zones(state: _Standbys, pricing: _Pricing, movers: list, partners: lis
     """The pairing of one zone pair: (anything swapped, a mover gave up after LOOKAHEAD tries)."""
     changed = full = False
     first = 0
+    ready = None if ready_partners is None else state.ready  # ``restores_more`` inlined: readiness by sets alone
     for delta_t, task, client in movers:
         while first < len(partners) and used[first]:
             first += 1
         tried = 0
-        indices = range(first, len(partners)) if ready_partners is None \
-            else ready_partners.allowed(task, client, first)
+        if ready is None:
+            indices: Iterable[int] = range(first, len(partners))
+        else:
+            indices = ready_partners.allowed(task, client, first)
+            ready_task = ready[task]
+            restoring = client not in ready_task
         for index in indices:
             delta_u, other, other_client = partners[index]
             if delta_t + delta_u >= 0:
@@ -861,8 +866,14 @@ def _pair_zones(state: _Standbys, pricing: _Pricing, movers: list, partners: lis
             if other_client not in state.holders[other]:
                 used[index] = True
                 continue
-            if state.restores_more(task, client, other, other_client):
-                continue  # never a candidate: not counted against the lookahead
+            if ready is None:
+                if state.restores_more(task, client, other, other_client):
+                    continue  # never a candidate: not counted against the lookahead
+            else:
+                ready_other = ready[other]
+                if ((other_client not in ready_task) + (client not in ready_other)
+                        > restoring + (other_client not in ready_other)):
+                    continue
             tried += 1
             if _traffic_swap_ok(state, pricing, task, client, other, other_client):
                 state.swap(task, client, other, other_client)
