@@ -48,7 +48,8 @@ def odd_group(clients: int, tasks: int, subtopologies: int, standbys: int, lags:
     offsets), ``clients`` of one thread; with ``racks``, clients in racks in turn and each
     task reading one partition replicated in two racks; with ``tag_keys``, each client's
     value of key j is ``(client // (j + 1)) % tag_values`` (keys whose values mix)."""
-    from assignor.model import LATEST, AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
+    from assignor.model import AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
+    from bench.workloads import round_robin_history
 
     rng = random.Random(seed)
     per = max(1, -(-tasks // subtopologies))
@@ -64,19 +65,7 @@ def odd_group(clients: int, tasks: int, subtopologies: int, standbys: int, lags:
     ids = [f"c{i:05d}" for i in range(clients)]
     keys = [f"k{j}" for j in range(tag_keys)]
     old = 0 if lags == "fresh" else max(1, round(clients * 0.9))
-    active: dict[str, list] = {c: [] for c in ids}
-    standby: dict[str, list] = {c: [] for c in ids}
-    reported: dict[str, dict] = {c: {} for c in ids}
-    for index, spec in enumerate(specs if old else ()):
-        owner = ids[index % old]
-        active[owner].append(spec.id)
-        if not spec.stateful:
-            continue
-        reported[owner][spec.id] = LATEST
-        for replica in range(1, min(standbys, old - 1) + 1):
-            holder = ids[(index + replica) % old]
-            standby[holder].append(spec.id)
-            reported[holder][spec.id] = rng.randint(20_000, 200_000) if rng.random() < 0.3 else rng.randint(0, 5_000)
+    active, standby, reported = round_robin_history(specs, ids, old, standbys, rng)
     members = [
         ClientState(id=c, rack=rack_names[i % racks] if racks else None,
                     tags=MappingProxyType({k: f"v{(i // (j + 1)) % tag_values}" for j, k in enumerate(keys)}),

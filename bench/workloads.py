@@ -73,20 +73,7 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
         members = client_count
         old = 0 if scenario == "fresh" else max(1, round(client_count * (1 - new_share)))
     ids = [f"c{index:05d}" for index in range(members)]
-    active: dict[str, list[TaskId]] = {c: [] for c in ids}
-    standby: dict[str, list[TaskId]] = {c: [] for c in ids}
-    lags: dict[str, dict[TaskId, int]] = {c: {} for c in ids}
-    for index, spec in enumerate(specs if old else ()):
-        owner = ids[index % old]
-        active[owner].append(spec.id)
-        if not spec.stateful:
-            continue
-        lags[owner][spec.id] = LATEST
-        for replica in range(1, min(standbys, old - 1) + 1):
-            holder = ids[(index + replica) % old]
-            standby[holder].append(spec.id)
-            lagging = rng.random() < lagging_standby_share
-            lags[holder][spec.id] = rng.randint(20_000, 200_000) if lagging else rng.randint(0, 5_000)
+    active, standby, lags = round_robin_history(specs, ids, old, standbys, rng, lagging_standby_share)
     if scenario == "scale-in":  # every tenth member leaves (new_share 0.1), spread over the ring
         step = max(1, round(1 / new_share))
         ids = [c for index, c in enumerate(ids) if index % step != step - 1][:client_count]
@@ -109,6 +96,27 @@ def settled_then_joined(client_count: int, task_count: int, standbys: int, *, ne
     ]
     return specs, clients
 
+
+def round_robin_history(specs: list[TaskSpec], ids: list[str], old: int, standbys: int, rng: random.Random,
+                        lagging_standby_share: float = 0.3):
+    """What the first ``old`` of ``ids`` ran, settled round robin: per client its actives
+    (caught up, ``LATEST``), its standbys (the next clients on the ring,
+    ``lagging_standby_share`` of them beyond the acceptable lag) and its lags."""
+    active: dict[str, list[TaskId]] = {c: [] for c in ids}
+    standby: dict[str, list[TaskId]] = {c: [] for c in ids}
+    lags: dict[str, dict[TaskId, int]] = {c: {} for c in ids}
+    for index, spec in enumerate(specs if old else ()):
+        owner = ids[index % old]
+        active[owner].append(spec.id)
+        if not spec.stateful:
+            continue
+        lags[owner][spec.id] = LATEST
+        for replica in range(1, min(standbys, old - 1) + 1):
+            holder = ids[(index + replica) % old]
+            standby[holder].append(spec.id)
+            lagging = rng.random() < lagging_standby_share
+            lags[holder][spec.id] = rng.randint(20_000, 200_000) if lagging else rng.randint(0, 5_000)
+    return active, standby, lags
 
 def settled_by_assignor(client_count: int, task_count: int, standbys: int, *, scenario: str,
                         changed_share: float = 0.1, lagging_standby_share: float = 0.3, seed: int = 1,
