@@ -332,7 +332,8 @@ class Scene:
             worker.tick(dt)
 
     async def wait_for(self, predicate, label: str, deadline: float, since: float | None = None) -> pb.GroupDescription:
-        """Poll DescribeGroup, print a table per new generation, until ``predicate(group)``."""
+        """Poll DescribeGroup, print a table per new generation, until ``predicate(group)`` holds of a
+        generation every live worker holds."""
         task = self.progress.add_task(label, total=None)
         try:
             while True:
@@ -343,7 +344,9 @@ class Scene:
                     self.shown_generation = group.generation_id
                     self.rebalances.append(group)
                     self.console.print(render_group(group, self.options.acceptable_recovery_lag, since))
-                if group is not None and predicate(group):
+                # and every live worker holds it: the leader is stable as soon as the last sync is
+                # answered, before the workers have read it (the scene then had no table to compare)
+                if group is not None and predicate(group) and self._members_caught_up_to(group):
                     return group
                 self.progress.update(task, description=f"{label} — {warmup_status(group, self.options.acceptable_recovery_lag)}")
                 if time.monotonic() > deadline:
