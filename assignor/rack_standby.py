@@ -605,9 +605,9 @@ class _Losses:
         self.indices: dict[tuple, _PairLosses] = {}
         self.tables: dict[int, tuple[int, dict]] = {}  # a task's table of moves, as of its version
 
-    def below(self, here: tuple, there: tuple, gain: int) -> Callable[[int, Collection[int]], Iterable[int]] | None:
+    def below(self, here: tuple, there: tuple, gain: int) -> Callable[[int, Collection[int]], Iterable[int]]:
         """(client at ``here``, its candidates) -> those whose loss moving to ``there`` is below
-        ``gain``, in task order. (None would mean: do not narrow.)"""
+        ``gain``, in task order."""
         pair = (here, there)
         index = self.indices.get(pair)
         if index is None and self.looked.get(pair, 0) >= self.slots_at[here]:

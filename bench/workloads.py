@@ -118,6 +118,7 @@ def round_robin_history(specs: list[TaskSpec], ids: list[str], old: int, standby
             lags[holder][spec.id] = rng.randint(20_000, 200_000) if lagging else rng.randint(0, 5_000)
     return active, standby, lags
 
+
 def settled_by_assignor(client_count: int, task_count: int, standbys: int, *, scenario: str,
                         changed_share: float = 0.1, lagging_standby_share: float = 0.3, seed: int = 1,
                         subtopologies: int = 10, racks: int = 0,
