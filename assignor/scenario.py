@@ -8,13 +8,14 @@ functions only. Every error names the offending field (``InvalidInput.field``).
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from assignor.lag import MAX_LONG, Lag
+from assignor.lag import MAX_LONG, RUNNING, Lag
 from assignor.model import (
     MAX_INT,
     AssignmentConfig,
@@ -140,10 +141,16 @@ def _parse_tasks(raw: Any) -> tuple[TaskSpec, ...]:
         raise InvalidInput("tasks", "expected a list")
     seen: set[TaskId] = set()
     specs = []
+    canonical = _CANONICAL_TASK_ID.fullmatch
     for index, item in enumerate(raw):  # field names are formatted only for an error (hot loop)
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             raise InvalidInput(f"tasks[{index}]", "expected an object")
-        task_id = TaskId.parse(item.get("id"), f"tasks[{index}].id")
+        text = item.get("id")
+        match = canonical(text) if type(text) is str else None
+        if match is not None:
+            task_id = TaskId(int(match[1]), int(match[2]))
+        else:
+            task_id = TaskId.parse(text, f"tasks[{index}].id")
         if task_id in seen:
             raise InvalidInput(f"tasks[{index}].id", f"duplicate task id {task_id}")
         seen.add(task_id)
@@ -156,33 +163,41 @@ def _parse_tasks(raw: Any) -> tuple[TaskSpec, ...]:
                                f"expected an integer from 0 to {MAX_LONG}, got {changelog!r}")
         partitions = item.get("partitions")
         specs.append(TaskSpec(task_id, stateful, changelog,
-                              _parse_partitions(partitions, f"tasks[{index}].partitions") if partitions is not None else ()))
+                              _parse_partitions(partitions, "tasks", index) if partitions is not None else ()))
     specs.sort(key=attrgetter("id"))
     return tuple(specs)
 
 
-def _parse_partitions(raw: Any, where: str) -> tuple[TopicPartition, ...]:
+# A task id as ``TaskId.__str__`` writes it, numbers of at most nine digits (below MAX_INT):
+# the ids of a document a program wrote, read without ``TaskId.parse``'s general path (which
+# reads the other spellings, such as ``00_1``, and words the errors).
+_CANONICAL_TASK_ID = re.compile(r"(0|[1-9][0-9]{0,8})_(0|[1-9][0-9]{0,8})")
+
+
+def _parse_partitions(raw: Any, owner: str, index: int) -> tuple[TopicPartition, ...]:
+    """``raw``, the partitions of ``owner[index]``, whose field name is formatted only for an error."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise InvalidInput(where, "expected a list")
+        raise InvalidInput(f"{owner}[{index}].partitions", "expected a list")
     partitions = []
-    for index, item in enumerate(raw):
-        if not isinstance(item, Mapping):
-            raise InvalidInput(f"{where}[{index}]", "expected an object")
+    for position, item in enumerate(raw):
+        if type(item) is not dict and not isinstance(item, Mapping):
+            raise InvalidInput(f"{owner}[{index}].partitions[{position}]", "expected an object")
         topic = item.get("topic")
         if not isinstance(topic, str) or not topic:
-            raise InvalidInput(f"{where}[{index}].topic", "expected a topic name")
+            raise InvalidInput(f"{owner}[{index}].partitions[{position}].topic", "expected a topic name")
         number = item.get("partition")
         if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= MAX_INT:
-            raise InvalidInput(f"{where}[{index}].partition", f"expected an integer from 0 to {MAX_INT}, got {number!r}")
+            raise InvalidInput(f"{owner}[{index}].partitions[{position}].partition",
+                               f"expected an integer from 0 to {MAX_INT}, got {number!r}")
         racks = item.get("racks")
         try:
             replicas = _RACK_SETS.get(tuple(racks)) if type(racks) is list else None
         except TypeError:  # a list inside: unhashable, and no rack name
             replicas = None
         if replicas is None:
-            replicas = _rack_set(racks, f"{where}[{index}].racks")
+            replicas = _rack_set(racks, f"{owner}[{index}].partitions[{position}].racks")
         partitions.append(TopicPartition(topic, number, replicas))
     return tuple(partitions)
 
@@ -310,7 +325,7 @@ def _running_owners(fields: list, active_owner: Mapping[TaskId, str]
     demoted: dict[str, set[TaskId]] = defaultdict(set)
     for client_id, *_, lags in sorted(fields, key=lambda row: row[0]):
         for task_id, lag in lags.items():
-            if not lag.running:
+            if lag is not RUNNING:  # ``_parse_lags`` reads every "latest" as this one Lag
                 continue
             keeper = active_owner.get(task_id) or claimed.setdefault(task_id, client_id)
             if keeper != client_id:
@@ -335,6 +350,9 @@ def _parse_lags(raw: Any, where: str, tasks: _TaskIndex) -> dict[TaskId, Lag]:
             task_id = tasks.lookup(text, f"{where}.{text}")
             if task_id in lags or str(task_id) in raw:  # another spelling of one id (00_1 and 0_1)
                 raise InvalidInput(f"{where}.{text}", f"duplicate lag for task {task_id}")
+        if value == "latest":
+            lags[task_id] = RUNNING
+            continue
         try:
             lags[task_id] = Lag.from_json(value)
         except ValueError as error:
