@@ -112,6 +112,9 @@ TRADE_BUDGET = 200_000
 # Tasks per (subtopology key, previous owner) from which a capped flow puts tasks of the same
 # further special clients in one uniform class (``_TaskClasses``, ``_tasks_alike``).
 UNIFORM_CLASS_MIN = 3
+# Units (plus cut clients) up to which a funnel's key is split by ``_DemandQueue``'s heap rather
+# than by ``fill_by_demand`` over every client, or up to a sixteenth of the funnelled clients.
+QUEUE_UNITS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,8 +328,11 @@ class _SubtopologyHubs:
         # A key without inner clients (most, in a fresh group) splits its clients as every such key
         # does: one pair of arrays for all of them. Their arcs, in the order of a call per key and
         # kind, go to the graph in one call: with 20,000 subtopologies of one partition, those
-        # calls (most of them empty) cost more than the solves.
+        # calls (most of them empty) cost more than the solves. A key with inner clients keeps
+        # them as its *cut* from the funnelled clients, not the funnelled clients it has left:
+        # a pass over every client per key cost O(subtopologies x clients) (``_funnelled_of``).
         unfunnelled_all, funnelled_all = everyone[~self._funnelled], everyone[self._funnelled]
+        self._funnelled_all = funnelled_all
         none = np.zeros(0, dtype=np.int64)
         layer = _ArcBatch(graph)
         for key, hub in self.hub.items():
@@ -335,8 +341,9 @@ class _SubtopologyHubs:
                 inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
                 inner_nodes = np.array(list(nodes.values()), dtype=np.int64)
                 is_inner[inner] = True
-                outer = everyone[~is_inner]
+                outer = unfunnelled_all[~is_inner[unfunnelled_all]]
                 is_inner[inner] = False
+                cut = np.sort(inner[self._funnelled[inner]])
                 layer.add(inner_nodes, heads[inner], caps[inner], 0)
                 layer.add(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
                 detached = self._detached.get(key)
@@ -344,17 +351,15 @@ class _SubtopologyHubs:
                     fed = np.array([client not in detached for client in nodes], dtype=bool)
                     inner, inner_nodes = inner[fed], inner_nodes[fed]
                 via_node = layer.add(hub, inner_nodes, BIG_CAPACITY, 0)
-                funnelled = outer[self._funnelled[outer]]
-                outer = outer[~self._funnelled[outer]]
             else:
-                inner, via_node, outer, funnelled = none, layer.add(hub, none, 0, 0), unfunnelled_all, funnelled_all
+                inner, via_node, outer, cut = none, layer.add(hub, none, 0, 0), unfunnelled_all, none
             if len(outer):
                 free = layer.add(hub, heads[outer], caps[outer], 0)
                 excess = layer.add(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
             else:
                 free = excess = layer.add(hub, none, 0, 0)
-            self._entries[key] = (inner, via_node, outer, free, excess, funnelled)
-            if len(funnelled):
+            self._entries[key] = (inner, via_node, outer, free, excess, cut)
+            if len(funnelled_all) > len(cut):
                 funnels[int(heads[0])].append(key)
         layer.close()
         for keys in funnels.values():
@@ -362,16 +367,25 @@ class _SubtopologyHubs:
             funnel, overflow = graph.node(), graph.node()
             client_caps = np.zeros(len(self._clients), dtype=np.int64)
             key_caps = []
-            alike: dict[tuple[int, int], list] = {}  # keys sharing their caps and funnelled clients (arrays)
+            alike: dict[int, list] = {}  # keys sharing their caps array: [caps, keys, funnelled caps in all]
+            cut_positions: list[np.ndarray] = []
+            cut_caps: list[np.ndarray] = []
             for key in keys:
-                funnelled, caps = self._entries[key][5], self._caps[key]
-                share = alike.get((id(funnelled), id(caps)))
+                cut, caps = self._entries[key][5], self._caps[key]
+                share = alike.get(id(caps))
                 if share is None:
-                    share = alike[id(funnelled), id(caps)] = [funnelled, caps, 0, int(caps[funnelled].sum())]
-                share[2] += 1
-                key_caps.append(share[3])
-            for funnelled, caps, times, _ in alike.values():
-                client_caps[funnelled] += times * caps[funnelled]
+                    share = alike[id(caps)] = [caps, 0, int(caps[funnelled_all].sum())]
+                share[1] += 1
+                if len(cut):
+                    cut_positions.append(cut)
+                    cut_caps.append(caps[cut])
+                    key_caps.append(share[2] - int(cut_caps[-1].sum()))
+                else:
+                    key_caps.append(share[2])
+            for caps, times, _ in alike.values():
+                client_caps[funnelled_all] += times * caps[funnelled_all]
+            if cut_positions:
+                np.subtract.at(client_caps, np.concatenate(cut_positions), np.concatenate(cut_caps))
             hubs = np.array([self.hub[key] for key in keys], dtype=np.int64)
             reached = np.flatnonzero(client_caps)
             self._funnels.append((
@@ -381,6 +395,15 @@ class _SubtopologyHubs:
                 graph.arcs(funnel, heads[reached], client_caps[reached], 0),
                 graph.arcs(overflow, heads[reached], BIG_CAPACITY, 0),
             ))
+
+    def _funnelled_of(self, key) -> np.ndarray:
+        """The funnelled clients of ``key`` (positions, in client order): every funnelled client
+        but its cut."""
+        cut = self._entries[key][5]
+        if not len(cut):
+            return self._funnelled_all
+        everyone = self._funnelled_all
+        return everyone[~np.isin(everyone, cut, assume_unique=True)]
 
     def realize(self, graph: FlowGraph) -> frozenset[str]:
         """Split each funnel's solved flow into units per (key, funnelled client). Returns the
@@ -404,38 +427,56 @@ class _SubtopologyHubs:
             if units is None:  # only this funnel's clients leave it: another's split held
                 fed.update(self._clients[index] for index in np.flatnonzero(demand).tolist())
             else:
-                for key, given in units.items():  # kept sparse: one unit each, at 20,000 subtopologies
-                    receiving = np.flatnonzero(given)
-                    self._funnelled_units[key] = (self._entries[key][5][receiving], given[receiving])
+                self._funnelled_units.update(units)  # kept sparse: one unit each, at 20,000 subtopologies
         return frozenset(fed)
 
-    def _deal_greedily(self, keys: list, supplied: list[int], demand: np.ndarray, paid: int) -> dict | None:
+    def _deal_greedily(self, keys: list, supplied: list[int], demand: np.ndarray,
+                       paid: int) -> dict[object, tuple[np.ndarray, np.ndarray]] | None:
+        """Per key, the clients (positions) that ``fill_by_demand`` gives units and how many, key
+        after key within the caps, then any excess the funnels paid; None when it needs more."""
         units = {}
+        queue = _DemandQueue(demand)
+        small = max(QUEUE_UNITS, len(self._funnelled_all) // 16)
         for key, amount in zip(keys, supplied, strict=True):
             if not amount:
                 continue
-            funnelled = self._entries[key][5]
-            wants = demand[funnelled]
-            given = fill_by_demand(wants, self._caps[key][funnelled], amount)
-            over = amount - int(given.sum())
+            cut, caps = self._entries[key][5], self._caps[key]
+            if amount + len(cut) <= small:
+                given, over = queue.fill(caps, set(cut.tolist()), amount)
+                if over:
+                    paid -= over
+                    if paid < 0 or not queue.spill(set(cut.tolist()), over, given):
+                        return None
+                positions = sorted(given)
+                units[key] = (np.array(positions, dtype=np.int64), np.array([given[p] for p in positions], dtype=np.int64))
+                continue
+            funnelled = self._funnelled_of(key)
+            wants = queue.read(funnelled)
+            given_array = fill_by_demand(wants, caps[funnelled], amount)
+            over = amount - int(given_array.sum())
             if over:  # every funnelled client with demand left is at its cap: excess
                 paid -= over
-                left = wants - given
+                left = wants - given_array
                 extra = fill_by_demand(left, left, over)
                 if paid < 0 or int(extra.sum()) < over:
                     return None
-                given += extra
-            demand[funnelled] = wants - given
-            units[key] = given
+                given_array += extra
+            receiving = np.flatnonzero(given_array)
+            queue.write(funnelled[receiving], wants[receiving] - given_array[receiving])
+            units[key] = (funnelled[receiving], given_array[receiving])
         return units
 
-    def _split_exactly(self, keys: list, supplied: list[int], demand: np.ndarray, paid: int) -> dict | None:
+    def _split_exactly(self, keys: list, supplied: list[int], demand: np.ndarray,
+                       paid: int) -> dict[object, tuple[np.ndarray, np.ndarray]] | None:
         sending = [(key, amount) for key, amount in zip(keys, supplied, strict=True) if amount]
         if not sending:
             return {}
         # only clients with demand can take units: the others' cells are left out of the graph
-        wanted = [demand[self._entries[key][5]] > 0 for key, _ in sending]
-        cells = [self._entries[key][5][mask] for (key, _), mask in zip(sending, wanted, strict=True)]
+        wanting = np.flatnonzero(demand)
+        cells = []
+        for key, _ in sending:
+            cut = self._entries[key][5]
+            cells.append(wanting[~np.isin(wanting, cut, assume_unique=True)] if len(cut) else wanting)
         rows = np.repeat(np.arange(len(sending)), [len(funnelled) for funnelled in cells])
         columns = np.concatenate(cells)
         caps = np.concatenate([self._caps[key][funnelled] for (key, _), funnelled in zip(sending, cells, strict=True)])
@@ -451,9 +492,10 @@ class _SubtopologyHubs:
             if flows is None:
                 return None
         units, start = {}, 0
-        for (key, _), funnelled, mask in zip(sending, cells, wanted, strict=True):
-            units[key] = np.zeros(len(mask), dtype=np.int64)
-            units[key][mask] = flows[start:start + len(funnelled)]
+        for (key, _), funnelled in zip(sending, cells, strict=True):
+            given = np.asarray(flows[start:start + len(funnelled)], dtype=np.int64)
+            receiving = np.flatnonzero(given)
+            units[key] = (funnelled[receiving], given[receiving])
             start += len(funnelled)
         return units
 
@@ -465,21 +507,98 @@ class _SubtopologyHubs:
 
     def receivers(self, graph: FlowGraph, key) -> dict[str, int]:
         """How many of the key's hub replicas each client received, for the clients that received
-        any, in client order: a key's hub replicas go to few of a large group's clients."""
-        units = self.unit_array(graph, key)
-        receiving = np.flatnonzero(units)
-        return dict(zip([self._clients[index] for index in receiving.tolist()], units[receiving].tolist(), strict=True))
-
-    def unit_array(self, graph: FlowGraph, key) -> np.ndarray:
-        """``units`` as an array in client order."""
-        inner, via_node, outer, free, excess, funnelled = self._entries[key]
-        units = np.zeros(len(self._clients), dtype=np.int64)
-        units[inner] = graph.flows(via_node)
-        units[outer] = graph.flows(free) + graph.flows(excess)
+        any, in client order: a key's hub replicas go to few of a large group's clients, so this
+        looks at the key's own arcs and funnelled units, never at every client."""
+        inner, via_node, outer, free, excess, _ = self._entries[key]
+        parts = []
+        if len(inner):
+            parts.append((inner, graph.flows(via_node)))
+        if len(outer):
+            parts.append((outer, graph.flows(free) + graph.flows(excess)))
         if key in self._funnelled_units:
-            receiving, amounts = self._funnelled_units[key]
-            units[receiving] = amounts
-        return units
+            parts.append(self._funnelled_units[key])
+        if not parts:
+            return {}
+        if len(parts) == 1 and not len(inner):  # the funnelled or outer clients: in client order
+            positions, units = parts[0]
+        else:  # inner clients in the order of their nodes; the parts' clients are disjoint
+            positions = np.concatenate([positions for positions, _ in parts])
+            units = np.concatenate([units for _, units in parts])
+            order = np.argsort(positions)
+            positions, units = positions[order], units[order]
+        receiving = np.flatnonzero(units)
+        clients = self._clients
+        return dict(zip([clients[index] for index in positions[receiving].tolist()], units[receiving].tolist(),
+                        strict=True))
+
+
+class _DemandQueue:
+    """``fill_by_demand`` key after key over one demand (``_SubtopologyHubs._deal_greedily``),
+    for a key of few units in O(units log clients) rather than O(clients): a heap of the
+    clients by remaining demand, the first in client order among equals, which is the order in
+    which ``fill_by_demand`` gives units one at a time. Keys of many units read and write the
+    demand as arrays (``read``, ``write``) and ``fill_by_demand`` splits them."""
+
+    def __init__(self, demand: np.ndarray) -> None:
+        self._demand = demand
+        self._left = demand.tolist()
+        self._heap = [(-left, position) for position, left in enumerate(self._left) if left]
+        heapq.heapify(self._heap)
+        self._changed: list[int] = []  # positions of ``_left`` not yet written to ``_demand``
+        self._caps: dict[int, tuple[np.ndarray, list[int]]] = {}
+
+    def fill(self, caps: np.ndarray, cut: Container[int], amount: int) -> tuple[dict[int, int], int]:
+        """``fill_by_demand`` of ``amount`` within ``caps`` (in client order) over every client
+        but ``cut``: the units per position, and how many found no room."""
+        known = self._caps.get(id(caps))
+        if known is None or known[0] is not caps:
+            known = self._caps[id(caps)] = (caps, caps.tolist())
+        given: dict[int, int] = {}
+        return given, self._take(given, known[1], cut, amount)
+
+    def spill(self, cut: Container[int], amount: int, given: dict[int, int]) -> bool:
+        """``amount`` more into ``given`` above the caps, as ``fill_by_demand`` of the demand
+        left; False when the demand left is less."""
+        return not self._take(given, None, cut, amount)
+
+    def _take(self, given: dict[int, int], caps: list[int] | None, cut: Container[int], amount: int) -> int:
+        heap, left = self._heap, self._left
+        aside = []
+        while amount and heap:
+            negative, position = heap[0]
+            if left[position] != -negative:  # an older entry of a client whose demand fell since
+                heapq.heappop(heap)
+                continue
+            taken = given.get(position, 0)
+            if position in cut or (caps is not None and taken >= caps[position]):
+                aside.append(heapq.heappop(heap))
+                continue
+            given[position] = taken + 1
+            left[position] = rest = -negative - 1
+            self._changed.append(position)
+            if rest:
+                heapq.heapreplace(heap, (-rest, position))
+            else:
+                heapq.heappop(heap)
+            amount -= 1
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        return amount
+
+    def read(self, positions: np.ndarray) -> np.ndarray:
+        if self._changed:
+            changed = np.array(self._changed, dtype=np.int64)
+            self._demand[changed] = [self._left[position] for position in self._changed]
+            self._changed.clear()
+        return self._demand[positions]
+
+    def write(self, positions: np.ndarray, left: np.ndarray) -> None:
+        """The demand left at ``positions``, lower than before."""
+        self._demand[positions] = left
+        for position, rest in zip(positions.tolist(), left.tolist(), strict=True):
+            self._left[position] = rest
+            if rest:
+                heapq.heappush(self._heap, (-rest, position))
 
 
 class _ArcBatch:
@@ -2141,8 +2260,10 @@ def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> b
     commit and return True only if no unit had to break the flow's counts (then the dealing
     is exact and the small dealing flow is not needed; it almost always is)."""
     trial = {task: list(chosen[task]) for task, _ in hub_tasks}
-    trial_load = defaultdict(int, load)
-    dealer = _SlotDealer(units, group, trial_load)
+    # the loads this dealing adds, not a copy of every client's: one dealing per subtopology
+    # (20,000 subtopologies of one partition on 1,000 clients: 0.7 s of copies)
+    added: dict[str, int] = defaultdict(int)
+    dealer = _SlotDealer(units, group, added)
     dealt: list[tuple[TaskId, str]] = []
     for task, amount in hub_tasks:
         for _ in range(amount):
@@ -2158,7 +2279,8 @@ def _deal_greedily(hub_tasks, units, group, load, ranking, chosen, actives) -> b
             trial[task].append(client)
             dealt.append((task, client))
     chosen.update(trial)
-    load.update(trial_load)
+    for client, amount in added.items():
+        load[client] += amount
     return True
 
 
