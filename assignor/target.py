@@ -431,7 +431,7 @@ class _SubtopologyHubs:
         return frozenset(fed)
 
     def _deal_greedily(self, keys: list, supplied: list[int], demand: np.ndarray,
-                       paid: int) -> dict[object, tuple[np.ndarray, np.ndarray]] | None:
+                       paid: int) -> dict[object, tuple[list[int], list[int]]] | None:
         """Per key, the clients (positions) that ``fill_by_demand`` gives units and how many, key
         after key within the caps, then any excess the funnels paid; None when it needs more."""
         units = {}
@@ -448,7 +448,7 @@ class _SubtopologyHubs:
                     if paid < 0 or not queue.spill(set(cut.tolist()), over, given):
                         return None
                 positions = sorted(given)
-                units[key] = (np.array(positions, dtype=np.int64), np.array([given[p] for p in positions], dtype=np.int64))
+                units[key] = (positions, [given[position] for position in positions])
                 continue
             funnelled = self._funnelled_of(key)
             wants = queue.read(funnelled)
@@ -463,11 +463,11 @@ class _SubtopologyHubs:
                 given_array += extra
             receiving = np.flatnonzero(given_array)
             queue.write(funnelled[receiving], wants[receiving] - given_array[receiving])
-            units[key] = (funnelled[receiving], given_array[receiving])
+            units[key] = (funnelled[receiving].tolist(), given_array[receiving].tolist())
         return units
 
     def _split_exactly(self, keys: list, supplied: list[int], demand: np.ndarray,
-                       paid: int) -> dict[object, tuple[np.ndarray, np.ndarray]] | None:
+                       paid: int) -> dict[object, tuple[list[int], list[int]]] | None:
         sending = [(key, amount) for key, amount in zip(keys, supplied, strict=True) if amount]
         if not sending:
             return {}
@@ -495,7 +495,7 @@ class _SubtopologyHubs:
         for (key, _), funnelled in zip(sending, cells, strict=True):
             given = np.asarray(flows[start:start + len(funnelled)], dtype=np.int64)
             receiving = np.flatnonzero(given)
-            units[key] = (funnelled[receiving], given[receiving])
+            units[key] = (funnelled[receiving].tolist(), given[receiving].tolist())
             start += len(funnelled)
         return units
 
@@ -510,24 +510,20 @@ class _SubtopologyHubs:
         any, in client order: a key's hub replicas go to few of a large group's clients, so this
         looks at the key's own arcs and funnelled units, never at every client."""
         inner, via_node, outer, free, excess, _ = self._entries[key]
-        parts = []
-        if len(inner):
-            parts.append((inner, graph.flows(via_node)))
-        if len(outer):
-            parts.append((outer, graph.flows(free) + graph.flows(excess)))
-        if key in self._funnelled_units:
-            parts.append(self._funnelled_units[key])
-        if not parts:
-            return {}
-        if len(parts) == 1 and not len(inner):  # the funnelled or outer clients: in client order
-            positions, units = parts[0]
-        else:  # inner clients in the order of their nodes; the parts' clients are disjoint
-            positions = np.concatenate([positions for positions, _ in parts])
-            units = np.concatenate([units for _, units in parts])
-            order = np.argsort(positions)
-            positions, units = positions[order], units[order]
-        receiving = np.flatnonzero(units)
+        funnelled = self._funnelled_units.get(key)
         clients = self._clients
+        if not len(inner) and not len(outer):  # every client funnelled: units on those that take some
+            return {} if funnelled is None else dict(zip([clients[index] for index in funnelled[0]], funnelled[1],
+                                                         strict=True))
+        parts = [(inner, graph.flows(via_node)), (outer, graph.flows(free) + graph.flows(excess))]
+        if funnelled is not None:
+            parts.append((np.array(funnelled[0], dtype=np.int64), np.array(funnelled[1], dtype=np.int64)))
+        # the parts' clients are disjoint; inner clients in the order of their nodes
+        positions = np.concatenate([positions for positions, _ in parts])
+        units = np.concatenate([units for _, units in parts])
+        order = np.argsort(positions)
+        positions, units = positions[order], units[order]
+        receiving = np.flatnonzero(units)
         return dict(zip([clients[index] for index in positions[receiving].tolist()], units[receiving].tolist(),
                         strict=True))
 
@@ -1123,7 +1119,10 @@ def _subtopology_caps(counts: Mapping, threads: Mapping[str, int], clients: Sequ
     """Per key, the soft cap ceil(S[j] * t_c / T) of every client (in client order)."""
     thread_counts = np.array([threads[c] for c in clients], dtype=np.int64)
     capacity = int(thread_counts.sum())
-    return {key: -(-(count * thread_counts) // capacity) for key, count in counts.items()}
+    # one array per count, shared by the keys of that count (never written): a pass over every
+    # client per key cost O(subtopologies x clients)
+    caps_of = {count: -(-(count * thread_counts) // capacity) for count in set(counts.values())}
+    return {key: caps_of[count] for key, count in counts.items()}
 
 
 def _place_within_caps(group: Group, graph: FlowGraph, classes: _TaskClasses, hub_arcs, keeper: _CapKeeper,
@@ -1480,7 +1479,13 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
             capacities.append(len(tasks))
     first_cell = len(tails)
     row_of = {key: row for row, key in enumerate(keys)}
-    room = np.stack([caps[key][wanting] for key in keys]) if keys else np.zeros((0, len(wanting)), dtype=np.int64)
+    if keys:  # keys of one count share their caps (``_subtopology_caps``): a row per count, then per key
+        row_of_caps: dict[int, int] = {}
+        rows_alike = [row_of_caps.setdefault(id(caps[key]), len(row_of_caps)) for key in keys]
+        distinct = {id(caps[key]): caps[key] for key in keys}
+        room = np.stack([distinct[array][wanting] for array in row_of_caps])[rows_alike]
+    else:
+        room = np.zeros((0, len(wanting)), dtype=np.int64)
     for (key, client), count in direct.items():
         row = row_of.get(key)
         if row is not None:
@@ -1822,13 +1827,14 @@ class _StandbyFlow:
         if formulation.trades_units:
             _trade_hub_units(units_of, {key: tasks for key, tasks in hub_units.items() if key not in self.trees},
                              self.actives, zip(pick_tasks, pick_clients, strict=True), self.hubs.caps, self.position)
-        undealt = set()
-        for key in sorted(hub_units):
-            units = units_of[key]
-            hub_tasks = [(task, short.get(task, self.per_task)) for task in hub_units[key]]
+        tasks_of = {key: [(task, short.get(task, self.per_task)) for task in tasks] for key, tasks in hub_units.items()}
+        # A round with a key that has no dealing is thrown away: the keys that have none are
+        # known without dealing any (20,000 subtopologies of one partition: most of them)
+        undealt = {key for key, hub_tasks in tasks_of.items() if formulation.undealable(self, key, hub_tasks, units_of[key])}
+        for key in sorted(hub_units) if not undealt else ():
             # a failed dealing leaves ``chosen`` as it was: the other keys are still dealt, to
             # learn which fail too
-            if not self.deal(formulation, key, hub_tasks, units, chosen, load, repair=True):
+            if not self.deal(formulation, key, tasks_of[key], units_of[key], chosen, load, repair=True):
                 undealt.add(key)
         if undealt:
             # the others whose hub tasks mostly share one active may fail next round
@@ -1998,6 +2004,11 @@ class StandbyFormulation:
              chosen: dict[TaskId, list[str]], load: dict[str, int]) -> list[Pool] | None:
         raise NotImplementedError
 
+    def undealable(self, flow: _StandbyFlow, key: int, hub_tasks: list[tuple[TaskId, int]],
+                   units: Mapping[str, int]) -> bool:
+        """Whether ``deal`` returns None for this key whatever was dealt before it."""
+        return False
+
     def __repr__(self) -> str:
         return f"<standby formulation {self.name}>"
 
@@ -2029,6 +2040,16 @@ class _Hub(StandbyFormulation):
         position = flow.position
         dealt = _deal_hub_units(bucket_units, {position[c]: n for c, n in units.items() if n}, len(flow.group.clients))
         return None if dealt is None else flow.by_active(hub_tasks, dealt)
+
+    def undealable(self, flow, key, hub_tasks, units):
+        """A dealing that ``_deal_greedily`` finds is one that ``_deal_hub_units`` finds (it only
+        keeps more clients apart), so ``deal`` fails exactly where ``_dealable`` says no."""
+        if key in flow.trees:
+            return False
+        bucket_units: dict[str, int] = defaultdict(int)
+        for task, amount in hub_tasks:
+            bucket_units[flow.actives[task]] += amount
+        return not _dealable(bucket_units, units)
 
 
 class _Tree(StandbyFormulation):

@@ -652,6 +652,35 @@ def test_funnelled_active_hubs_reach_the_per_task_optimum(group, lag_aware, gree
     assert active_cost(inst, actives) == reference_active_optimum(inst)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(group=st.one_of(small_groups, many_subtopologies), lag_aware=st.booleans(), by_size=st.booleans())
+def test_the_hub_knows_the_subtopologies_it_cannot_deal_before_dealing(group, lag_aware, by_size):
+    """A hub round with a subtopology it cannot deal is thrown away, so the keys with no dealing
+    are named before any is dealt (``_Hub.undealable``): they are exactly those whose dealing
+    fails, whatever the other keys took (here: nothing)."""
+    specs, clients = group
+    group_index = Group.of(specs, clients)
+    if group_index.standby_count(1) == 0 or not group_index.stateful:
+        return
+    ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
+    costs = CostModel(lag_aware)
+    actives = target.active_target(group_index, ranking, costs)
+    named = []
+    undealable = target._Hub.undealable
+
+    def checked(formulation, flow, key, hub_tasks, units):
+        answer = undealable(formulation, flow, key, hub_tasks, units)
+        fails = formulation.deal(flow, key, hub_tasks, units, defaultdict(list), defaultdict(int)) is None
+        assert answer == fails
+        named.append(answer)
+        return answer
+
+    with _funnels(by_size) as own_arcs, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target._Hub, "undealable", checked)
+        target.HUB.solve(group_index, ranking, costs, actives, 1, own_arcs=own_arcs)
+    event(f"keys named undealable: {'some' if any(named) else 'none'}")
+
+
 def test_the_standby_tree_grows_with_the_tasks_not_the_clients():
     """The tree formulation's trees span the clients running each subtopology's actives; the
     hub serves every other client. Two subtopologies of 4 tasks on 200 clients: a tree over
@@ -718,6 +747,41 @@ def test_funnel_split_gives_to_the_largest_remaining_demand_first(cells, amount)
     demand = np.array([d for d, _ in cells], dtype=np.int64)
     caps = np.array([c for _, c in cells], dtype=np.int64)
     assert fill_by_demand(demand, caps, amount).tolist() == _fill_one_at_a_time(demand, caps, amount)
+
+
+@given(demand=st.lists(st.integers(0, 6), min_size=1, max_size=10),
+       keys=st.lists(st.tuples(st.integers(0, 3), st.sets(st.integers(0, 9), max_size=3), st.integers(0, 12),
+                               st.booleans()), max_size=8))
+def test_the_demand_queue_splits_key_after_key_as_fill_by_demand(demand, keys):
+    """``_DemandQueue`` (a heap, for keys of few units) against ``fill_by_demand`` over every
+    client but the key's cut, then the excess over what is left, key after key; keys split by
+    arrays (``read``, ``write``) in between keep both in step."""
+    clients = len(demand)
+    expected_left = np.array(demand, dtype=np.int64)
+    queue = target._DemandQueue(np.array(demand, dtype=np.int64))
+    for cap, cut, amount, by_heap in keys:
+        caps = np.full(clients, cap, dtype=np.int64)
+        cut = {position for position in cut if position < clients}
+        funnelled = np.array([position for position in range(clients) if position not in cut], dtype=np.int64)
+        wants = expected_left[funnelled]
+        expected = fill_by_demand(wants, caps[funnelled], amount)
+        over = amount - int(expected.sum())
+        if over:
+            expected += fill_by_demand(wants - expected, wants - expected, over)
+        placed = over - (amount - int(expected.sum())) if over else 0
+        expected_left[funnelled] = wants - expected
+        if by_heap:
+            given, short = queue.fill(caps, cut, amount)
+            assert short == over
+            if over:
+                assert queue.spill(cut, over, given) == (placed == over)
+            got = np.zeros(clients, dtype=np.int64)
+            got[list(given)] = list(given.values())
+            assert got[funnelled].tolist() == expected.tolist()
+        else:
+            assert queue.read(funnelled).tolist() == wants.tolist()
+            queue.write(funnelled, wants - expected)
+    assert queue.read(np.arange(clients)).tolist() == expected_left.tolist()
 
 
 @given(cells=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 3)), max_size=9),
