@@ -333,26 +333,41 @@ class _SubtopologyHubs:
         # a pass over every client per key cost O(subtopologies x clients) (``_funnelled_of``).
         unfunnelled_all, funnelled_all = everyone[~self._funnelled], everyone[self._funnelled]
         self._funnelled_all = funnelled_all
+        is_funnelled = self._funnelled.tolist()
+        as_lists: dict[int, list[int]] = {}  # the head and cap arrays as lists, for keys of few inner clients
         none = np.zeros(0, dtype=np.int64)
+        no_cut: list[int] = []
         layer = _ArcBatch(graph)
         for key, hub in self.hub.items():
             heads, caps, nodes = self._downstream(key), self._caps[key], self._node[key]
             if nodes:
-                inner = np.array([self._position[c] for c in nodes], dtype=np.int64)
-                inner_nodes = np.array(list(nodes.values()), dtype=np.int64)
-                is_inner[inner] = True
-                outer = unfunnelled_all[~is_inner[unfunnelled_all]]
-                is_inner[inner] = False
-                cut = np.sort(inner[self._funnelled[inner]])
-                layer.add(inner_nodes, heads[inner], caps[inner], 0)
-                layer.add(inner_nodes, heads[inner], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+                everywhere = [self._position[c] for c in nodes]
+                node_ids = list(nodes.values())
+                head_of = as_lists.get(id(heads))
+                if head_of is None:
+                    head_of = as_lists[id(heads)] = heads.tolist()
+                cap_of = as_lists.get(id(caps))
+                if cap_of is None:
+                    cap_of = as_lists[id(caps)] = caps.tolist()
+                inner_heads = [head_of[position] for position in everywhere]
+                layer.add(node_ids, inner_heads, [cap_of[position] for position in everywhere], 0)
+                layer.add(node_ids, inner_heads, BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
+                if len(unfunnelled_all):
+                    is_inner[everywhere] = True
+                    outer = unfunnelled_all[~is_inner[unfunnelled_all]]
+                    is_inner[everywhere] = False
+                else:
+                    outer = none
+                cut = sorted(position for position in everywhere if is_funnelled[position])
                 detached = self._detached.get(key)
                 if detached:
-                    fed = np.array([client not in detached for client in nodes], dtype=bool)
-                    inner, inner_nodes = inner[fed], inner_nodes[fed]
-                via_node = layer.add(hub, inner_nodes, BIG_CAPACITY, 0)
+                    fed = [client not in detached for client in nodes]
+                    everywhere = [position for position, feeds in zip(everywhere, fed, strict=True) if feeds]
+                    node_ids = [node for node, feeds in zip(node_ids, fed, strict=True) if feeds]
+                inner = np.array(everywhere, dtype=np.int64)
+                via_node = layer.add(hub, node_ids, BIG_CAPACITY, 0)
             else:
-                inner, via_node, outer, cut = none, layer.add(hub, none, 0, 0), unfunnelled_all, none
+                inner, via_node, outer, cut = none, layer.add(hub, none, 0, 0), unfunnelled_all, no_cut
             if len(outer):
                 free = layer.add(hub, heads[outer], caps[outer], 0)
                 excess = layer.add(hub, heads[outer], BIG_CAPACITY, SUBTOPOLOGY_EXCESS)
@@ -442,10 +457,10 @@ class _SubtopologyHubs:
                 continue
             cut, caps = self._entries[key][5], self._caps[key]
             if amount + len(cut) <= small:
-                given, over = queue.fill(caps, set(cut.tolist()), amount)
+                given, over = queue.fill(caps, set(cut), amount)
                 if over:
                     paid -= over
-                    if paid < 0 or not queue.spill(set(cut.tolist()), over, given):
+                    if paid < 0 or not queue.spill(set(cut), over, given):
                         return None
                 positions = sorted(given)
                 units[key] = (positions, [given[position] for position in positions])
@@ -606,16 +621,33 @@ class _ArcBatch:
         self._graph = graph
         self._next = graph.arc_count
         self._columns: list[tuple] = []
+        self._rows: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
 
-    def add(self, tail, heads: np.ndarray, capacities, cost: int) -> range:
-        """``tail``: one node, or one per arc; ``capacities``: one, or one per arc."""
+    def add(self, tail, heads: np.ndarray | list[int], capacities, cost: int) -> range:
+        """``tail``: one node, or one per arc; ``capacities``: one, or one per arc. Heads given as
+        a list (few arcs: tails and capacities then lists or numbers too) are kept as rows, an
+        array's worth of numpy calls less per call."""
         count = len(heads)
         if count:
-            self._columns.append((_column(tail, count), heads, _column(capacities, count), _column(cost, count)))
+            if isinstance(heads, list):
+                tails, head_rows, capacity_rows, costs = self._rows
+                tails.extend(tail if isinstance(tail, list) else [tail] * count)
+                head_rows.extend(heads)
+                capacity_rows.extend(capacities if isinstance(capacities, list) else [capacities] * count)
+                costs.extend([cost] * count)
+            else:
+                self._flush_rows()
+                self._columns.append((_column(tail, count), heads, _column(capacities, count), _column(cost, count)))
         self._next += count
         return range(self._next - count, self._next)
 
+    def _flush_rows(self) -> None:
+        if self._rows[0]:
+            self._columns.append(tuple(np.array(rows, dtype=np.int64) for rows in self._rows))
+            self._rows = ([], [], [], [])
+
     def close(self) -> None:
+        self._flush_rows()
         if self._columns:
             self._graph.arcs(*(np.concatenate(column) for column in zip(*self._columns, strict=True)))
 
