@@ -552,11 +552,17 @@ class _DemandQueue:
 
     def __init__(self, demand: np.ndarray) -> None:
         self._demand = demand
-        self._left = demand.tolist()
-        self._heap = [(-left, position) for position, left in enumerate(self._left) if left]
-        heapq.heapify(self._heap)
+        self._left: list[int] = []  # the demand as a list, with the heap: built by the first ``fill``
+        self._heap: list[tuple[int, int]] | None = None
         self._changed: list[int] = []  # positions of ``_left`` not yet written to ``_demand``
         self._caps: dict[int, tuple[np.ndarray, list[int]]] = {}
+
+    def _built(self) -> list[tuple[int, int]]:
+        if self._heap is None:
+            self._left = self._demand.tolist()
+            self._heap = [(-left, position) for position, left in enumerate(self._left) if left]
+            heapq.heapify(self._heap)
+        return self._heap
 
     def fill(self, caps: np.ndarray, cut: Container[int], amount: int) -> tuple[dict[int, int], int]:
         """``fill_by_demand`` of ``amount`` within ``caps`` (in client order) over every client
@@ -573,7 +579,8 @@ class _DemandQueue:
         return not self._take(given, None, cut, amount)
 
     def _take(self, given: dict[int, int], caps: list[int] | None, cut: Container[int], amount: int) -> int:
-        heap, left = self._heap, self._left
+        heap = self._built()
+        left = self._left
         aside = []
         while amount and heap:
             negative, position = heap[0]
@@ -606,6 +613,8 @@ class _DemandQueue:
     def write(self, positions: np.ndarray, left: np.ndarray) -> None:
         """The demand left at ``positions``, lower than before."""
         self._demand[positions] = left
+        if self._heap is None:  # no key of few units yet: the heap is built from ``_demand`` when one comes
+            return
         for position, rest in zip(positions.tolist(), left.tolist(), strict=True):
             self._left[position] = rest
             if rest:
