@@ -1267,6 +1267,8 @@ class _TaskClasses:
         arcs: list[int] = []  # tail, head, capacity, price of each arc, flat
         add = arcs.extend
         nodes: list[int] = []
+        hub_node = hubs.node
+        anchored = False
         for members in self._classes.values():
             node = graph.node()
             nodes.append(node)
@@ -1275,17 +1277,24 @@ class _TaskClasses:
             add((node, members.entry, units * size, members.hub_cost))
             key, extras = members.key, members.extras
             if members.anchor is not None:
-                add((node, hubs.node(key, members.anchor), size, members.anchor_cost))
+                anchored = True
+                add((node, hub_node(key, members.anchor), size, members.anchor_cost))
+            if members.apart and not members.uniform:  # a class alone: ``add`` sorted its clients, each a run
+                members.runs = [(start, start + 3) for start in range(0, len(extras), 3)]
+                for start in range(0, len(extras), 3):
+                    add((node, hub_node(key, extras[start]), 1, extras[start + 1]))
+                continue
             if len(extras) > 6:  # sorted by (client, price, task), so that one arc carries a run of one
                 # client and price (two extras are a run or not already)
                 extras[:] = [field for triple in sorted(zip(extras[::3], extras[1::3], extras[2::3], strict=True))
                              for field in triple]
             members.runs = _runs(extras)
             for start, stop in members.runs:
-                add((node, hubs.node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
+                add((node, hub_node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
         tails, heads, capacities, prices = arcs[::4], arcs[1::4], arcs[2::4], arcs[3::4]
         self._arcs = graph.arcs(tails, heads, capacities, prices)
-        graph.stay(self._stays)
+        if anchored:  # only an anchor arc can be a stay (a fresh group has none)
+            graph.stay(self._stays)
         graph.supplies(nodes, [units * len(members.tasks) for members in self._classes.values()])
 
     def _stays(self) -> list[int]:

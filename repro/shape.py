@@ -31,7 +31,9 @@ p.add_argument("--lags", default="fresh",
                help="fresh | caught (every client caught up on every stateful task) | partial:F "
                     "(each client reports F of the tasks, random lags) | settled | settled-joined | "
                     "alllag (every client reports every task, all beyond acceptable lag) | "
-                    "somelag:F (each client reports share F, all lagging)")
+                    "somelag:F (each client reports share F, all lagging) | fed | fed-joined | fed-left "
+                    "(a fresh result fed back twice, caught up: settled by this assignor, whatever the "
+                    "threads; then 10%% of members join, or 1%% leave)")
 p.add_argument("--racks", type=int, default=0)
 p.add_argument("--strategy", default="none")
 p.add_argument("--tag-keys", type=int, default=0)
@@ -104,6 +106,32 @@ if mode in ("settled", "settled-joined"):
                                    tags=tags_of(i), prev_active=frozenset(act[c]), prev_standby=frozenset(stb[c]),
                                    lags=MappingProxyType({t: Lag.coerce(v) if not isinstance(v, Lag) else v
                                                           for t, v in lags[c].items()})))
+elif mode.startswith("fed"):
+    fed_config = AssignmentConfig(num_standby_replicas=a.standbys, acceptable_recovery_lag=a.acceptable,
+                                  max_warmup_replicas=a.warmups, rack_aware_strategy=a.strategy,
+                                  rack_aware_assignment_tags=tuple(tag_keys), assignor=a.assignor)
+    stateful_set = frozenset(stateful_ids)
+    old = N if mode != "fed-joined" else max(1, round(N * 0.9))
+    clients = [ClientState(id=c, threads=threads_of(i), rack=rack_names[i % a.racks] if a.racks else None,
+                           tags=tags_of(i)) for i, c in enumerate(ids[:old])]
+    for _ in range(3):
+        prev = assign(specs, clients, fed_config)
+        fed = []
+        for client in clients:
+            ca = prev.clients[client.id]
+            lg = {t: LATEST for t in ca.active if t in stateful_set}
+            for t in (*ca.standby, *ca.warmup):
+                lg[t] = Lag.coerce(rng.randint(20_000, 200_000) if rng.random() < 0.3 else rng.randint(0, 5_000))
+            fed.append(ClientState(id=client.id, threads=client.threads, rack=client.rack, tags=client.tags,
+                                   prev_active=frozenset(ca.active), prev_standby=frozenset(ca.standby) | frozenset(ca.warmup),
+                                   lags=MappingProxyType(lg)))
+        clients = fed
+    if mode == "fed-joined":
+        clients += [ClientState(id=c, threads=threads_of(old + i), rack=rack_names[(old + i) % a.racks] if a.racks else None,
+                                tags=tags_of(old + i)) for i, c in enumerate(ids[old:])]
+    elif mode == "fed-left":
+        gone = set(rng.sample(range(N), max(1, N // 100)))
+        clients = [client for i, client in enumerate(clients) if i not in gone]
 else:
     for i, c in enumerate(ids):
         lg: dict[TaskId, Lag] = {}
