@@ -704,7 +704,7 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[Task
     warm-up it was, loses a caught-up replica that another restore replaces; moved to such a
     holder, the active lets the owner be the one that drops.
     """
-    if per_task == 0:
+    if per_task == 0 or not group.prev_active_owner:  # no owner: nothing to keep or give up
         return set(), set(), {}
     windows = quotas(len(group.stateful) * (1 + per_task), group.threads, limit=len(group.stateful))
     held: dict[str, int] = defaultdict(int)
@@ -1384,6 +1384,23 @@ class _TaskClasses:
             if members.anchor is not None:
                 anchor_units = flows[arc]
                 arc += 1
+            if members.apart and not members.uniform:  # a class alone: a unit per run at most, one task
+                task = members.tasks[0]
+                left = units
+                for start, _ in members.runs:
+                    if flows[arc]:
+                        pick_tasks.append(task)
+                        pick_clients.append(extras[start])
+                        left -= 1
+                    arc += 1
+                if anchor_units and left:
+                    pick_tasks.append(task)
+                    pick_clients.append(members.anchor)
+                elif left:
+                    hub_tasks[members.key].append(task)
+                    if left < units:
+                        short[task] = left
+                continue
             turn = 0  # a uniform class deals its runs' units to its tasks in turn
             for start, stop in members.runs:
                 amount = flows[arc]
