@@ -1,6 +1,6 @@
 """Digest of the full AssignmentResult of many random groups, for comparing two assignors.
 
-usage: PYTHONPATH=ROOT python repro/diff_subs.py --groups 300 [--seed 1] [--start 0] [--large]
+usage: PYTHONPATH=ROOT python bench/repro/diff_subs.py --groups 300 [--seed 1] [--start 0] [--large]
 Prints one line per group: index, shape, digest. Run under two roots and diff the outputs.
 Groups vary: 1-3 standbys (0 on some), 2-1,000 clients, 1-20,000 subtopologies of 1-4
 partitions, fresh / settled (a previous result fed back with lags) / partial lags, racks with
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from types import MappingProxyType
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 
 from assignor import assign  # noqa: E402
 from assignor.lag import Lag  # noqa: E402

@@ -1,6 +1,6 @@
 """Inclusive wall time of selected assignor functions on one shape (low overhead: few wrappers).
 
-usage: python repro/parts.py SHAPE-ARGS...   (the arguments of repro/shape.py)
+usage: python bench/repro/parts.py SHAPE-ARGS...   (the arguments of bench/repro/shape.py)
 """
 import runpy
 import sys
@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 import assignor.flow as flow  # noqa: E402
 import assignor.high_availability as ha  # noqa: E402
 import assignor.target as target  # noqa: E402

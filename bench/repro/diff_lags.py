@@ -1,6 +1,6 @@
 """Differential check: a digest of the whole AssignmentResult per random group.
 
-usage: PYTHONPATH=<tree> python repro/diff_lags.py START COUNT [--large]
+usage: PYTHONPATH=<tree> python bench/repro/diff_lags.py START COUNT [--large]
 Run it on two trees and diff the outputs. Groups vary clients (2-1,000), subtopologies
 (1-500), standbys (0-3), threads (equal, mixed, random, 1 and 64), lags (fresh, settled by
 feeding a result back, a member joining or leaving it, partial random lags, some 'latest'),
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 
 from assignor import assign  # noqa: E402
 from assignor.lag import UNKNOWN, Lag  # noqa: E402

@@ -1,6 +1,6 @@
 """Build one group shape and time `assign` on it (build time excluded).
 
-usage: python repro/shape.py --clients N --tasks T [options]   (prints one JSON line)
+usage: python bench/repro/shape.py --clients N --tasks T [options]   (prints one JSON line)
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from types import MappingProxyType
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 
 from assignor import assign  # noqa: E402
 from assignor.lag import Lag  # noqa: E402

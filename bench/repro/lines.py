@@ -1,13 +1,14 @@
-"""Line timings of named assignor functions on one shape: python repro/lines.py FUNC[,FUNC] SHAPE-ARGS..."""
+"""Line timings of named assignor functions on one shape (needs line-profiler, not a project
+dependency: pip install line-profiler): python bench/repro/lines.py FUNC[,FUNC] SHAPE-ARGS..."""
 import runpy
 import sys
 from pathlib import Path
 
 from line_profiler import LineProfiler
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))
-import assignor.target as target  # noqa: E402
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 import assignor.flow as flow  # noqa: E402
+import assignor.target as target  # noqa: E402
 
 lp = LineProfiler()
 for name in sys.argv[1].split(","):
