@@ -32,6 +32,9 @@ from bench.baseline import THIS, assignor_roots, run_row  # noqa: E402
 ROWS = [
     ("one-partition subtopologies", 1000, 5_000, 5_000, 1, "fresh", 0, "none", 0, 0),
     ("one-partition subtopologies", 1000, 10_000, 10_000, 1, "fresh", 0, "none", 0, 0),
+    ("one-partition subtopologies", 1000, 20_000, 20_000, 1, "fresh", 0, "none", 0, 0),
+    ("two-partition subtopologies", 1000, 20_000, 10_000, 1, "fresh", 0, "none", 0, 0),
+    ("two-partition subtopologies", 1000, 20_000, 10_000, 1, "settled-joined", 0, "none", 0, 0),
     ("racks, few clients", 10, 10_000, 200, 2, "fresh", 5, "min_traffic", 0, 0),
     ("racks, few clients", 10, 20_000, 200, 2, "settled-joined", 3, "balance_subtopology", 0, 0),
     ("racks, 2 standbys", 100, 20_000, 200, 2, "settled-joined", 3, "balance_subtopology", 0, 0),
