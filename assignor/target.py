@@ -246,15 +246,12 @@ class _SubtopologyHubs:
     def __init__(self, graph: FlowGraph, counts: Mapping, clients: Sequence[str], threads: Mapping[str, int],
                  downstream, own_arcs: frozenset[str] | None = None, layer_when_small: bool = False,
                  receiving: Collection[str] = ()) -> None:
-        thread_counts = np.array([threads[c] for c in clients], dtype=np.int64)
-        capacity = int(thread_counts.sum())
         self._graph = graph
         self._clients = clients
         self._position = {client: index for index, client in enumerate(clients)}
         self._downstream = downstream
-        # one array per count: keys alike share it (``close`` sums them at once)
-        caps_of = {count: -(-(count * thread_counts) // capacity) for count in set(counts.values())}
-        self._caps = {key: caps_of[counts[key]] for key in sorted(counts)}
+        caps = _subtopology_caps(counts, threads, clients)  # keys alike share one array (``close`` sums them at once)
+        self._caps = {key: caps[key] for key in sorted(counts)}
         self.hub = {key: graph.node() for key in sorted(counts)}
         self._node: dict = {key: {} for key in self.hub}
         self._detached: dict = defaultdict(set)  # per key, the clients whose node the hub does not feed
