@@ -15,7 +15,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from assignor.lag import MAX_LONG, RUNNING, Lag
+from assignor.lag import MAX_LONG, Lag
 from assignor.model import (
     MAX_INT,
     AssignmentConfig,
@@ -325,7 +325,7 @@ def _running_owners(fields: list, active_owner: Mapping[TaskId, str]
     demoted: dict[str, set[TaskId]] = defaultdict(set)
     for client_id, *_, lags in sorted(fields, key=lambda row: row[0]):
         for task_id, lag in lags.items():
-            if lag is not RUNNING:  # ``_parse_lags`` reads every "latest" as this one Lag
+            if not lag.running:
                 continue
             keeper = active_owner.get(task_id) or claimed.setdefault(task_id, client_id)
             if keeper != client_id:
@@ -350,9 +350,6 @@ def _parse_lags(raw: Any, where: str, tasks: _TaskIndex) -> dict[TaskId, Lag]:
             task_id = tasks.lookup(text, f"{where}.{text}")
             if task_id in lags or str(task_id) in raw:  # another spelling of one id (00_1 and 0_1)
                 raise InvalidInput(f"{where}.{text}", f"duplicate lag for task {task_id}")
-        if value == "latest":
-            lags[task_id] = RUNNING
-            continue
         try:
             lags[task_id] = Lag.from_json(value)
         except ValueError as error:
