@@ -129,6 +129,7 @@ class Group:
     states: Mapping[str, ClientState]
     prev_active_owner: Mapping[TaskId, str]
     prev_standby_holders: Mapping[TaskId, frozenset[str]]
+    key_counts: Mapping[tuple[int, bool], int]  # tasks per subtopology key (``_group_key``), in key order
 
     @classmethod
     def of(cls, tasks: Sequence[TaskSpec], clients: Sequence[ClientState]) -> Group:
@@ -156,7 +157,12 @@ class Group:
             states={c.id: c for c in ordered},
             prev_active_owner=owner,
             prev_standby_holders={t: frozenset(h) for t, h in holders.items()},
+            key_counts=dict(sorted(Counter(map(_group_key, specs.values())).items())),
         )
+
+    def stateful_counts(self) -> dict[int, int]:
+        """Stateful tasks per subtopology, in subtopology order."""
+        return {subtopology: count for (subtopology, stateful), count in self.key_counts.items() if stateful}
 
     def orphans(self) -> int:
         """Tasks without a live previous owner: their owner left, or nobody ran them."""
@@ -887,7 +893,7 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     graph = FlowGraph(PRIORITIES)
     clients = group.clients
     stateful_nodes, stateless_nodes, sink, above_floors = _active_windows(graph, group)
-    counts: dict[tuple[int, bool], int] = Counter(map(_group_key, group.specs.values()))
+    counts = group.key_counts
     keys = sorted(counts)
     stateful_array = np.array(stateful_nodes, dtype=np.int64)
     stateless_array = np.array(stateless_nodes, dtype=np.int64)
@@ -1112,7 +1118,7 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     target costs the relaxed optimum in the capped flow too, so it is the capped optimum.
     Otherwise None: the caller solves the capped flow.
     """
-    counts: dict[tuple[int, bool], int] = Counter(map(_group_key, group.specs.values()))
+    counts = group.key_counts
     clients = group.clients
     caps = _subtopology_caps(counts, group.threads, clients)
     crowded, over = _crowding(caps, clients, ((key, client) for _, key, _, special, owner in ways
@@ -1309,23 +1315,24 @@ class _TaskClasses:
         the acceptable lag, made a scale-in's merged flow fail to decode and be solved twice."""
         dearest: dict[tuple, int] = {}  # per (key, client): the dearest hub price landing there
         free: set[tuple] = set()  # the (key, client) pairs some free further arc lands on
+        shared = []  # the anchored classes without a free arc of their own, in class order
         for members in self._classes.values():
-            key, price, extras = members.key, members.hub_cost, members.extras
-            if members.anchor is not None and dearest.get((key, members.anchor), -1) < price:
-                dearest[key, members.anchor] = price
+            key, price, extras, anchor = members.key, members.hub_cost, members.extras, members.anchor
+            if anchor is not None and dearest.get((key, anchor), -1) < price:
+                dearest[key, anchor] = price
+            paid = True
             for index in range(0, len(extras), 3):
                 client = extras[index]
                 if dearest.get((key, client), -1) < price:
                     dearest[key, client] = price
                 if extras[index + 1] <= 0:
                     free.add((key, client))
+                    paid = False
+            if paid and anchor is not None and not members.apart:
+                shared.append(members)
         first = self._arcs.start + 1  # a class's anchor arc follows its hub arc
-        return [
-            first + members.start for members in self._classes.values()
-            if members.anchor is not None and not members.apart
-            and members.hub_cost >= dearest[members.key, members.anchor] and (members.key, members.anchor) not in free
-            and all(price > 0 for price in members.extras[1::3])
-        ]
+        return [first + members.start for members in shared
+                if members.hub_cost >= dearest[members.key, members.anchor] and (members.key, members.anchor) not in free]
 
     def staying(self, stays: Callable[[TaskId, str], bool]) -> tuple[list[int], list[int]]:
         """The flow where every task stays on the clients ``stays`` names, on the class arcs:
@@ -2272,7 +2279,7 @@ def _standby_relaxation_pays(group: Group, ranking: Ranking, per_task: int) -> b
     holders = ranking.holders
     if 2 * sum(1 for task in group.stateful if holders[task] or task in previous) <= len(group.stateful):
         return False
-    counts: dict[int, int] = Counter(task.subtopology for task in group.stateful)
+    counts = group.stateful_counts()
     caps = _subtopology_caps(counts, group.threads, group.clients)
     _, over = _crowding(caps, group.clients, ((task.subtopology, holder) for task, standby in previous.items()
                                              for holder in standby
@@ -2292,7 +2299,7 @@ def _hub_standbys_fit(group: Group, actives: Mapping[TaskId, str], per_task: int
     it skipped no relaxed flow that would have decoded (tests/assignor/test_hub_standbys_fit.py)."""
     clients = group.clients
     position = {client: index for index, client in enumerate(clients)}
-    counts: dict[int, int] = Counter(task.subtopology for task in group.stateful)
+    counts = group.stateful_counts()
     keys = sorted(counts)
     row_of = {key: row for row, key in enumerate(keys)}
     holders, owners = group.prev_standby_holders, group.prev_active_owner
