@@ -38,7 +38,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import partial
+from functools import lru_cache, partial
 from operator import attrgetter
 
 import numpy as np
@@ -180,9 +180,7 @@ class CostModel:
     lag_aware: bool
 
     def no_state_arc(self, ranking: Ranking, task: TaskId) -> int:
-        if self.lag_aware:
-            return TIER_COST[tier_of(ranking.absent[task])] + MOVE
-        return MOVE + (STICKY_STATE_PREFERENCE if ranking.absent[task] else 0)
+        return no_state_price(self.lag_aware, ranking.absent[task])
 
     def special_arcs(self, ranking: Ranking, task: TaskId, clients: Iterable[str],
                      sticky: Container[str], surcharge: int = 0) -> dict[str, int]:
@@ -201,6 +199,16 @@ class CostModel:
             rank = ranks.get(client, absent)
             prices[client] = (_TIER_BY_RESIDUE[rank & 3] if rank != free else 0) + (0 if client in sticky else move)
         return prices
+
+
+@lru_cache(maxsize=1024)
+def no_state_price(lag_aware: bool, absent: int) -> int:
+    """A task's price on a client without its state (``CostModel.no_state_arc``): it depends on
+    the rank of no state alone, which few tasks' changelog sizes share, so the hot loops of
+    both flows look it up rather than compute it per task."""
+    if lag_aware:
+        return TIER_COST[tier_of(absent)] + MOVE
+    return MOVE + (STICKY_STATE_PREFERENCE if absent else 0)
 
 
 def tier_price(rank: int, best: int, absent: int) -> int:
@@ -831,13 +839,13 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel,
     hub_only: _HubOnly = defaultdict(list)
     ways = []
     append = ways.append
-    owners, all_ranks = group.prev_active_owner, ranking.holders
-    special_arcs, no_state_arc = costs.special_arcs, costs.no_state_arc
+    owners, all_ranks, absent = group.prev_active_owner, ranking.holders, ranking.absent
+    special_arcs, lag_aware = costs.special_arcs, costs.lag_aware
     for task, spec in group.specs.items():
         key = (task.subtopology, spec.stateful)  # _group_key, inlined (a hot loop)
         owner = owners.get(task)
         if spec.stateful:
-            hub_cost = no_state_arc(ranking, task)
+            hub_cost = no_state_price(lag_aware, absent[task])
             holders = all_ranks[task]
             if owner is None and not holders:
                 hub_only[key, hub_cost].append(task)
@@ -1721,7 +1729,7 @@ def standby_ways(group: Group, ranking: Ranking, costs: CostModel, actives: Mapp
     """Computed once per standby target, for every graph it solves (relaxed, hub rounds, trees)."""
     hub_only, ways = [], []
     owners, standbys, threads, all_ranks = group.prev_active_owner, group.prev_standby_holders, group.threads, ranking.holders
-    special_arcs, no_state_arc = costs.special_arcs, costs.no_state_arc
+    special_arcs, lag_aware, absent = costs.special_arcs, costs.lag_aware, ranking.absent
     none: frozenset[str] = frozenset()
     for task in group.stateful:
         owner = owners.get(task)
@@ -1742,7 +1750,7 @@ def standby_ways(group: Group, ranking: Ranking, costs: CostModel, actives: Mapp
         for client in previous:
             if client != active and client not in holders and client in threads:
                 clients.append(client)
-        ways.append((task, task.subtopology, no_state_arc(ranking, task), special_arcs(ranking, task, clients, previous),
+        ways.append((task, task.subtopology, no_state_price(lag_aware, absent[task]), special_arcs(ranking, task, clients, previous),
                      owner))
     return hub_only, ways
 
