@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection, Container, Iterable, Iterator,
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache, partial
+from itertools import chain, compress
 from operator import attrgetter
 
 import numpy as np
@@ -721,32 +722,34 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[Task
     held: dict[str, int] = defaultdict(int)
     owners, standbys, ranks, absent = group.prev_active_owner, group.prev_standby_holders, ranking.holders, ranking.absent
     none: frozenset[str] = frozenset()
-    owned = []  # the tasks whose owner is caught up
+    owned = []  # the tasks whose owner is caught up, with what the second pass reads of them
     for task in group.stateful:  # caught up: rank 0 (ranking.caught_up, inlined: a hot loop)
         task_ranks, rank_absent = ranks[task], absent[task]
         owner = owners.get(task)
+        holders = standbys.get(task, none)
         if owner is not None and task_ranks.get(owner, rank_absent) == 0:
             held[owner] += 1
-            owned.append(task)
-        for client in standbys.get(task, none):
+            owned.append((task, owner, holders, task_ranks, rank_absent))
+        for client in holders:
             if task_ranks.get(client, rank_absent) == 0:
                 held[client] += 1
     spare = ({c: held[c] - windows[c].ceiling for c in group.clients if held[c] > windows[c].ceiling}
              or {c: held[c] - windows[c].floor for c in group.clients if held[c] > windows[c].floor})
     sparing = spare.keys()
     if not spare:  # every client at or below its new floor: no move is free of a chain
-        return set(owned), set(), spare
+        return {task for task, *_ in owned}, set(), spare
     prone, staying = set(), set()
-    for task in owned:
-        task_ranks, rank_absent = ranks[task], absent[task]
-        holders = standbys.get(task, none)
+    for task, owner, holders, task_ranks, rank_absent in owned:
         if len(holders) > per_task:
             others = [c for c in holders if task_ranks.get(c, rank_absent) == 0]
             if len(others) - per_task > sum(c in sparing for c in others):
                 staying.add(task)
-        if owners[task] in sparing:
+        if owner in sparing:
             continue
-        if not any(c in sparing and task_ranks.get(c, rank_absent) == 0 for c in holders):
+        for client in holders:  # a caught-up holder that can spare a replica takes the chain's end
+            if client in sparing and task_ranks.get(client, rank_absent) == 0:
+                break
+        else:
             prone.add(task)
     return prone, staying, spare
 
@@ -1531,33 +1534,26 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
     hub units per key and client; None when no choice fits."""
     wanting = np.flatnonzero(demand).tolist()
     column_of = {clients[index]: column for column, index in enumerate(wanting)}
-    direct: dict[tuple, int] = defaultdict(int)  # on the clients the hub serves
-    for task, client in zip(decoded.pick_tasks, decoded.pick_clients, strict=True):
-        if client in column_of:
-            direct[key_of(task), client] += 1
-    for client, tasks, _ in decoded.groups:
-        if client in column_of:
-            for task in tasks:
-                direct[key_of(task), client] += 1
+    groups = decoded.groups
+    # The groups' tasks in one column; a *pair* is a group's tasks of one key, an arc of the flow,
+    # pairs in group order, a group's keys in order of first appearance (its tasks in order).
+    grouped = list(chain.from_iterable(tasks for _, tasks, _ in groups))
+    grouped_keys = list(map(key_of, grouped))
     fixed: dict[object, int] = Counter(map(key_of, decoded.hub_tasks))
-    group_keys: list[dict[object, list[TaskId]]] = []
-    for _, tasks, _ in decoded.groups:
-        by_key: dict[object, list[TaskId]] = defaultdict(list)
-        for task in tasks:
-            by_key[key_of(task)].append(task)
-        group_keys.append(by_key)
-    keys = sorted(set(fixed).union(*group_keys), key=_sort_key)
-    key_node = {key: len(decoded.groups) + row for row, key in enumerate(keys)}
-    tails: list[int] = []
-    heads: list[int] = []
-    capacities: list[int] = []
-    for group, by_key in enumerate(group_keys):
-        for key, tasks in by_key.items():
-            tails.append(group)
-            heads.append(key_node[key])
-            capacities.append(len(tasks))
-    first_cell = len(tails)
+    keys = sorted(set(fixed).union(grouped_keys), key=_sort_key)
     row_of = {key: row for row, key in enumerate(keys)}
+    width = max(len(keys), 1)
+    owner = np.repeat(np.arange(len(groups), dtype=np.int64), [len(tasks) for _, tasks, _ in groups])
+    codes = owner * width + np.fromiter(map(row_of.__getitem__, grouped_keys), dtype=np.int64, count=len(grouped))
+    pair_codes, first, pair_of_task, pair_size = np.unique(codes, return_index=True, return_inverse=True,
+                                                           return_counts=True)
+    in_order = np.argsort(first, kind="stable")
+    arc_of_pair = np.empty_like(in_order)
+    arc_of_pair[in_order] = np.arange(len(in_order))
+    pair_group, pair_row = np.divmod(pair_codes[in_order], width)
+    pair_size = pair_size[in_order]
+    tails, heads, capacities = pair_group, pair_row + len(groups), pair_size
+    first_cell = len(tails)
     if keys:  # keys of one count share their caps (``_subtopology_caps``): a row per count, then per key
         row_of_caps: dict[int, int] = {}
         rows_alike = [row_of_caps.setdefault(id(caps[key]), len(row_of_caps)) for key in keys]
@@ -1565,37 +1561,48 @@ def _settle_leavers(decoded: _Decoded, key_of: Callable[[TaskId], object], caps:
         room = np.stack([distinct[array][wanting] for array in row_of_caps])[rows_alike]
     else:
         room = np.zeros((0, len(wanting)), dtype=np.int64)
-    for (key, client), count in direct.items():
+    # room on the clients the hub serves counts their direct placements and the groups that may stay
+    wanted = map(column_of.__contains__, decoded.pick_clients)
+    for (key, client), count in Counter(compress(zip(map(key_of, decoded.pick_tasks), decoded.pick_clients, strict=True),
+                                                 wanted)).items():
         row = row_of.get(key)
         if row is not None:
             room[row, column_of[client]] -= count
-    first_client = len(decoded.groups) + len(keys)
-    supplies = [len(tasks) - stay for _, tasks, stay in decoded.groups] + [fixed.get(key, 0) for key in keys]
+    group_column = np.array([column_of.get(client, -1) for client, _, _ in groups], dtype=np.int64)
+    pair_column = group_column[pair_group]
+    served = pair_column >= 0
+    np.subtract.at(room, (pair_row[served], pair_column[served]), pair_size[served])
+    first_client = len(groups) + len(keys)
+    supplies = [len(tasks) - stay for _, tasks, stay in groups] + [fixed.get(key, 0) for key in keys]
     flows = None
-    for rows, columns in _settle_cells(room, tails, heads, capacities, len(decoded.groups), supplies[len(decoded.groups):]):
+    for rows, columns in _settle_cells(room, tails, heads, capacities, len(groups), supplies[len(groups):]):
         flows = feasible_flow(
             first_client + len(wanting),
-            np.concatenate([np.asarray(tails, dtype=np.int64), rows + len(decoded.groups)]),
-            np.concatenate([np.asarray(heads, dtype=np.int64), columns + first_client]),
-            np.concatenate([np.asarray(capacities, dtype=np.int64), room[rows, columns]]),
+            np.concatenate([tails, rows + len(groups)]),
+            np.concatenate([heads, columns + first_client]),
+            np.concatenate([capacities, room[rows, columns]]),
             np.arange(first_client), supplies, np.arange(first_client, first_client + len(wanting)), demand[wanting])
         if flows is not None:
             break
     if flows is None:
         return None
-    pick_tasks, pick_clients = list(decoded.pick_tasks), list(decoded.pick_clients)
     hub_tasks: dict[object, list[TaskId]] = defaultdict(list)
     for task in decoded.hub_tasks:
         hub_tasks[key_of(task)].append(task)
-    arc = 0
-    for (client, _, _), by_key in zip(decoded.groups, group_keys, strict=True):
-        for key, tasks in by_key.items():
-            leaving = int(flows[arc])
-            arc += 1
-            staying = len(tasks) - leaving
-            pick_tasks.extend(tasks[:staying])
-            pick_clients.extend([client] * staying)
-            hub_tasks[key].extend(tasks[staying:])
+    for row in dict.fromkeys(pair_row.tolist()):  # every key of a group is a hub key, even when none leaves
+        hub_tasks.setdefault(keys[row], [])
+    # Per pair, its first tasks stay on the group's client and the flow's leavers go to the hub.
+    arc_of_task = arc_of_pair[pair_of_task]
+    order = np.argsort(arc_of_task, kind="stable")
+    arc_sorted = arc_of_task[order]
+    starts = np.cumsum(pair_size) - pair_size
+    staying = (np.arange(len(order)) - starts[arc_sorted]) < (pair_size - flows[:first_cell])[arc_sorted]
+    group_client = [client for client, _, _ in groups]
+    stay = order[staying].tolist()
+    pick_tasks = [*decoded.pick_tasks, *map(grouped.__getitem__, stay)]
+    pick_clients = [*decoded.pick_clients, *map(group_client.__getitem__, owner[order[staying]].tolist())]
+    for index in order[~staying].tolist():
+        hub_tasks[grouped_keys[index]].append(grouped[index])
     plan: dict[object, dict[str, int]] = defaultdict(dict)
     cell_flows = flows[first_cell:]
     for cell in np.flatnonzero(cell_flows).tolist():
