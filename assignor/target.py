@@ -183,17 +183,17 @@ class CostModel:
     def no_state_arc(self, ranking: Ranking, task: TaskId) -> int:
         return no_state_price(self.lag_aware, ranking.absent[task])
 
-    def special_arcs(self, ranking: Ranking, task: TaskId, clients: Iterable[str],
+    def special_arcs(self, ranks: Mapping[str, int], absent: int, best: int, clients: Iterable[str],
                      sticky: Container[str], surcharge: int = 0) -> dict[str, int]:
         """The price of one task on each of ``clients`` that report state or held it: its tier
         (lag-aware only; none at a best rank that beats no state, ``tier_price``) plus MOVE
         and ``surcharge`` unless the client is in ``sticky``; in one pass (hot loop). Without
         lag awareness any state is as good as any other, and better than none by the hub's
-        ``STICKY_STATE_PREFERENCE`` (``no_state_arc``)."""
+        ``STICKY_STATE_PREFERENCE`` (``no_state_arc``). The task is given by its ranks
+        (``Ranking``'s holders, absent and best of it), which the callers' loops hold already."""
         move = MOVE + surcharge
         if not self.lag_aware:
             return {client: 0 if client in sticky else move for client in clients}
-        ranks, absent, best = ranking.holders[task], ranking.absent[task], ranking.best[task]
         free = best if best < absent else 0  # the rank priced as caught up
         prices = {}
         for client in clients:
@@ -842,19 +842,20 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel,
     hub_only: _HubOnly = defaultdict(list)
     ways = []
     append = ways.append
-    owners, all_ranks, absent = group.prev_active_owner, ranking.holders, ranking.absent
+    owners, all_ranks, absent, best = group.prev_active_owner, ranking.holders, ranking.absent, ranking.best
     special_arcs, lag_aware = costs.special_arcs, costs.lag_aware
     for task, spec in group.specs.items():
         key = (task.subtopology, spec.stateful)  # _group_key, inlined (a hot loop)
         owner = owners.get(task)
         if spec.stateful:
-            hub_cost = no_state_price(lag_aware, absent[task])
+            rank_absent = absent[task]
+            hub_cost = no_state_price(lag_aware, rank_absent)
             holders = all_ranks[task]
             if owner is None and not holders:
                 hub_only[key, hub_cost].append(task)
                 continue
             chain = STANDBY_CHAIN if task in prone else 0
-            special = special_arcs(ranking, task, holders if owner is None or owner in holders
+            special = special_arcs(holders, rank_absent, best[task], holders if owner is None or owner in holders
                                    else [*holders, owner], (owner,), chain)
             hub_cost += chain
             if task in staying:  # caught up there (``chain_prone``), so among ``special``
@@ -1736,7 +1737,7 @@ def standby_ways(group: Group, ranking: Ranking, costs: CostModel, actives: Mapp
     """Computed once per standby target, for every graph it solves (relaxed, hub rounds, trees)."""
     hub_only, ways = [], []
     owners, standbys, threads, all_ranks = group.prev_active_owner, group.prev_standby_holders, group.threads, ranking.holders
-    special_arcs, lag_aware, absent = costs.special_arcs, costs.lag_aware, ranking.absent
+    special_arcs, lag_aware, absent, best = costs.special_arcs, costs.lag_aware, ranking.absent, ranking.best
     none: frozenset[str] = frozenset()
     for task in group.stateful:
         owner = owners.get(task)
@@ -1757,8 +1758,9 @@ def standby_ways(group: Group, ranking: Ranking, costs: CostModel, actives: Mapp
         for client in previous:
             if client != active and client not in holders and client in threads:
                 clients.append(client)
-        ways.append((task, task.subtopology, no_state_price(lag_aware, absent[task]), special_arcs(ranking, task, clients, previous),
-                     owner))
+        rank_absent = absent[task]
+        ways.append((task, task.subtopology, no_state_price(lag_aware, rank_absent),
+                     special_arcs(holders, rank_absent, best[task], clients, previous), owner))
     return hub_only, ways
 
 
@@ -2416,7 +2418,8 @@ def _every_standby_arc(group, ranking, costs, actives, graph, task_nodes, hubs, 
         allowed[row, position[actives[task]]] = False
         previous = group.prev_standby_holders.get(task, frozenset()) | {group.prev_active_owner.get(task)}
         special = [c for c in ranking.holders[task].keys() | (previous - {None}) if c in position]
-        for client, price in costs.special_arcs(ranking, task, special, previous).items():
+        for client, price in costs.special_arcs(ranking.holders[task], ranking.absent[task], ranking.best[task], special,
+                                                previous).items():
             # As in the hub formulations, a client whose state is worth less than none
             # (a lagging report on an empty changelog) is priced as having none.
             cost[row, position[client]] = min(cost[row, position[client]], price)
