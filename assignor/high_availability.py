@@ -56,7 +56,7 @@ class _Placement:
     """The private, mutable builder of one result; it never escapes ``assign``."""
 
     active: dict[TaskId, str] = field(default_factory=dict)
-    standbys: dict[TaskId, list[str]] = field(default_factory=dict)
+    standbys: dict[TaskId, Sequence[str]] = field(default_factory=dict)
     warmups: dict[TaskId, list[str]] = field(default_factory=dict)
     reasons: list[Reason] = field(default_factory=list)
     probing: bool = False
@@ -112,8 +112,11 @@ def assign(tasks: Sequence[TaskSpec], clients: Sequence[ClientState], config: As
                                   and _balanced_once_caught_up(group, placement, config))):
         _spread_settled(group, placement, config, ranking, view)
         _stop_moving(group, placement)
+    owners = group.prev_active_owner
     for task in group.stateless:
-        _explain_active(placement, group, task, placement.active[task], ranking=None)
+        client = placement.active[task]
+        if owners.get(task) != client:
+            _explain_active(placement, group, task, client, ranking=None)
     return _result(group, placement, config, report)
 
 
@@ -239,8 +242,10 @@ def _place_stateful(placement: _Placement, group: Group, ranking: Ranking, activ
     """Decide who runs each stateful task now and who restores it, given its target replicas.
 
     Most tasks of a settled group that changes take their target as it is: its active is most
-    caught up and its standbys are caught up, so there is nothing to swap, substitute or warm
-    up (checked here, in one loop over the tasks); the others go through ``_place_task``.
+    caught up, and each target standby is caught up or has no caught-up client to yield to
+    (``_caught_up_substitute``: the common lagging standby, whose task only its active has
+    caught up), so there is nothing to swap, substitute or warm up (checked here, in one loop
+    over the tasks); the others go through ``_place_task``.
     """
     requests: list[_WarmupRequest] = []
     holders, absent, best = ranking.holders, ranking.absent, ranking.best
@@ -254,7 +259,7 @@ def _place_stateful(placement: _Placement, group: Group, ranking: Ranking, activ
         if ready:
             for client in target_standbys:
                 if ranks.get(client, rank_absent) != 0:
-                    ready = False
+                    ready = _no_substitute(ranks, rank_absent, target_active, target_standbys)
                     break
         if not ready:
             requests.extend(_place_task(placement, group, ranking, task, target_active, target_standbys))
@@ -263,13 +268,25 @@ def _place_stateful(placement: _Placement, group: Group, ranking: Ranking, activ
         owner = owners.get(task)
         if owner != target_active:
             _explain_active(placement, group, task, target_active, ranking)
-        placed_standbys[task] = list(target_standbys)
+        placed_standbys[task] = target_standbys
         if target_standbys:
             previous = previous_holders.get(task, none)
-            for client in target_standbys:  # caught up there, but new (``_held_before``, inlined)
+            for client in target_standbys:  # not held before (``_held_before``, inlined)
                 if client not in previous and client != owner:
                     reasons.append(Reason(task, client, Role.STANDBY, ReasonCode.REPLICA_ADDED))
     return requests
+
+
+def _no_substitute(ranks: Mapping[str, int], rank_absent: int, active: str, target_standbys: Sequence[str]) -> bool:
+    """Would ``_place_task`` keep every lagging target standby of a task whose target active is
+    ready? Yes when no client outside the target is caught up (``_caught_up_substitute``
+    finds none) and the active is no standby slot too (a slot of its own would warm up)."""
+    if rank_absent == 0 or active in target_standbys:
+        return False  # unlogged state, every client without a report is caught up: ask _place_task
+    for client, rank in ranks.items():
+        if rank == 0 and client != active and client not in target_standbys:
+            return False
+    return True
 
 
 def _place_task(
@@ -401,22 +418,25 @@ def _explain_active(placement: _Placement, group: Group, task: TaskId, client: s
 
 
 def _result(group: Group, placement: _Placement, config: AssignmentConfig, report: RackAwareReport) -> AssignmentResult:
-    per_client: dict[str, dict[str, list[TaskId]]] = {c: {"active": [], "standby": [], "warmup": []} for c in group.clients}
-    for task, client in placement.active.items():
-        per_client[client]["active"].append(task)
-    for task, clients in placement.standbys.items():
-        for client in clients:
-            per_client[client]["standby"].append(task)
+    """The placement as each client's tasks, in task order: collected over the group's tasks,
+    which are sorted, so only the few warm-ups need sorting."""
+    active: dict[str, list[TaskId]] = {c: [] for c in group.clients}
+    standby: dict[str, list[TaskId]] = {c: [] for c in group.clients}
+    warmup: dict[str, list[TaskId]] = {c: [] for c in group.clients}
+    placed = placement.active
+    for task in group.specs:
+        active[placed[task]].append(task)
+    placed_standbys = placement.standbys
+    for task in group.stateful:
+        for client in placed_standbys.get(task, ()):
+            standby[client].append(task)
     for task, clients in placement.warmups.items():
         for client in clients:
-            per_client[client]["warmup"].append(task)
+            warmup[client].append(task)
     assignments = {
-        client: ClientAssignment(
-            active=tuple(sorted(roles["active"])),
-            standby=tuple(sorted(roles["standby"])),
-            warmup=tuple(sorted(roles["warmup"])),
-        )
-        for client, roles in per_client.items()
+        client: ClientAssignment(active=tuple(active[client]), standby=tuple(standby[client]),
+                                 warmup=tuple(sorted(warmup[client])))
+        for client in group.clients
     }
     return AssignmentResult(
         clients=assignments,

@@ -58,28 +58,24 @@ def rank_clients(
     A task missing from a client's lags means no state, even if the client ran it before
     (scenario.md, "lags"): what it ran is history, what it reports is its disk.
     """
-    specs = {spec.id: spec for spec in tasks if spec.stateful}
-    holders: dict[TaskId, dict[str, int]] = {task: {} for task in specs}
+    sizes = {spec.id: spec.changelog_offsets for spec in tasks if spec.stateful}
+    holders: dict[TaskId, dict[str, int]] = {task: {} for task in sizes}
     for client in clients:
+        client_id = client.id
         for task, lag in client.lags.items():
-            spec = specs.get(task)
-            if spec is not None:
-                holders[task][client.id] = lag.rank(spec.changelog_offsets, acceptable_recovery_lag)
-    by_size: dict[int | None, int] = {}  # the rank of no state depends on the changelog's size only
-    absent = {}
-    for task, spec in specs.items():
-        size = spec.changelog_offsets
-        rank = by_size.get(size)
-        if rank is None:
-            rank = by_size[size] = NO_STATE.rank(size, acceptable_recovery_lag)
-        absent[task] = rank
+            ranks = holders.get(task)
+            if ranks is not None:
+                ranks[client_id] = lag.rank(sizes[task], acceptable_recovery_lag)
+    # the rank of no state depends on the changelog's size only
+    by_size = {size: NO_STATE.rank(size, acceptable_recovery_lag) for size in set(sizes.values())}
+    absent = {task: by_size[size] for task, size in sizes.items()}
     client_count = len(clients)
     best = {}
-    for task, ranks in holders.items():
+    for (task, ranks), rank_absent in zip(holders.items(), absent.values(), strict=True):
         if not ranks:
-            best[task] = absent[task]
+            best[task] = rank_absent
             continue
         lowest = min(ranks.values())
         # clients that report nothing rank ``absent``: some do unless every client reported
-        best[task] = lowest if len(ranks) == client_count or lowest < absent[task] else absent[task]
+        best[task] = lowest if len(ranks) == client_count or lowest < rank_absent else rank_absent
     return Ranking(holders=holders, absent=absent, best=best)
