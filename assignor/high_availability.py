@@ -24,6 +24,8 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain, repeat
+from operator import itemgetter
 
 from assignor import rack_aware
 from assignor.balance import is_balanced, replicas_balanced
@@ -142,8 +144,8 @@ def _pack_stateless_orphans(group: Group, placement: _Placement, actives: Mappin
     threads = group.threads
     scale = math.lcm(*set(threads.values()))
     per_thread = {client: scale // threads[client] for client in group.clients}
-    orphaned = set(orphans)
-    counts = Counter(client for task, client in placement.active.items() if task not in orphaned)
+    counts = Counter(placement.active.values())
+    counts.subtract(map(placement.active.__getitem__, orphans))
     order = {client: index for index, client in enumerate(group.clients)}
     # (load with one task more, client order): lazily updated, an entry is current when its
     # load matches the client's count
@@ -178,14 +180,12 @@ def _balanced_once_caught_up(group: Group, placement: _Placement, config: Assign
     if not is_balanced(active_counts, group.threads, config.balance_factor):
         return False
     per_task = group.standby_count(config.num_standby_replicas)
+    stateful = group.stateful
+    standbys = list(map(placement.standbys.get, stateful, repeat(())))
+    if set(map(len, standbys)) - {per_task}:
+        return False
     replica_counts = dict.fromkeys(group.clients, 0)
-    for task in group.stateful:
-        standbys = placement.standbys.get(task, ())
-        if len(standbys) != per_task:
-            return False
-        replica_counts[placement.active[task]] += 1
-        for client in standbys:
-            replica_counts[client] += 1
+    replica_counts.update(Counter(chain(map(placement.active.__getitem__, stateful), chain.from_iterable(standbys))))
     return replicas_balanced(replica_counts, group.threads, config.balance_factor)
 
 
@@ -417,18 +417,22 @@ def _explain_active(placement: _Placement, group: Group, task: TaskId, client: s
     placement.reasons.append(Reason(task, client, Role.ACTIVE, code, detail))
 
 
+# (task, role, client): every reason of this assignor names its client
+_BY_TASK_ROLE_CLIENT = itemgetter(0, 2, 1)
+
+
 def _result(group: Group, placement: _Placement, config: AssignmentConfig, report: RackAwareReport) -> AssignmentResult:
-    """The placement as each client's tasks, in task order: collected over the group's tasks,
-    which are sorted, so only the few warm-ups need sorting."""
+    """The placement as each client's tasks, in task order: collected over the group's sorted
+    tasks and the standbys ``_place_stateful`` placed in that order, so only the few warm-ups
+    need sorting."""
     active: dict[str, list[TaskId]] = {c: [] for c in group.clients}
     standby: dict[str, list[TaskId]] = {c: [] for c in group.clients}
     warmup: dict[str, list[TaskId]] = {c: [] for c in group.clients}
     placed = placement.active
     for task in group.specs:
         active[placed[task]].append(task)
-    placed_standbys = placement.standbys
-    for task in group.stateful:
-        for client in placed_standbys.get(task, ()):
+    for task, clients in placement.standbys.items():  # in task order (``_place_stateful``)
+        for client in clients:
             standby[client].append(task)
     for task, clients in placement.warmups.items():
         for client in clients:
@@ -442,7 +446,7 @@ def _result(group: Group, placement: _Placement, config: AssignmentConfig, repor
         clients=assignments,
         probing_rebalance_needed=placement.probing,
         followup_rebalance_ms=config.probing_rebalance_interval_ms if placement.probing else None,
-        reasons=tuple(sorted(placement.reasons, key=lambda r: (r.task, r.role, r.client or ""))),
+        reasons=tuple(sorted(placement.reasons, key=_BY_TASK_ROLE_CLIENT)),
         rack_awareness=report,
     )
 
