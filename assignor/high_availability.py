@@ -311,18 +311,19 @@ def _place_task(
         active = _most_caught_up(group, ranking, task, prefer=target_standbys)
         placement.probing = True
     placement.active[task] = active
-    _explain_active(placement, group, task, active, ranking)
+    if group.prev_active_owner.get(task) != active:
+        _explain_active(placement, group, task, active, ranking)
     # The standby slots of the target; when the active runs on a target standby (the swap),
     # the target active takes over that client's slot and restores there.
     slots = [target_active if client == active else client for client in target_standbys]
-    deferred: set[str] = set()
+    deferred: tuple[str, ...] = ()
     if active != target_active and active not in target_standbys:
         lagging = [c for c in target_standbys if not ranking.caught_up(task, c)]
         if target_active in group.prev_standby_holders.get(task, ()) and lagging:
             # Already restoring as a standby: it keeps a standby slot as the warm-up of its
             # own move; the least caught-up target standby waits for a later rebalance.
             waiting = max(lagging, key=lambda c: (ranking.rank(task, c), c))
-            deferred.add(waiting)
+            deferred = (waiting,)
             slots[slots.index(waiting)] = target_active
             placement.reasons.append(Reason(task, waiting, Role.STANDBY, ReasonCode.AWAITING_CATCH_UP,
                                             f"{target_active} restores in this standby slot first"))
@@ -378,12 +379,12 @@ def _caught_up_substitute(group: Group, ranking: Ranking, task: TaskId, excluded
     holders = ranking.holders[task]
     if ranking.absent[task] and 0 not in holders.values():
         return None  # nobody is caught up (the common case of a fresh or restoring task)
-    previous = group.prev_standby_holders.get(task, frozenset())
     candidates = [c for c, rank in holders.items() if rank == 0 and c not in excluded]
     if ranking.absent[task] == 0:  # unlogged state only: every client without a report is caught up
         candidates += [c for c in group.clients if c not in holders and c not in excluded]
     if not candidates:
         return None
+    previous = group.prev_standby_holders.get(task, frozenset())
     return min(candidates, key=lambda c: (c not in previous, c != group.prev_active_owner.get(task), c))
 
 

@@ -142,7 +142,9 @@ class Lag:
         unknown -> 4C+1, no state -> 4C+2 (C the changelog size)."""
         kind = self.kind
         if kind is _OFFSETS:
-            restore = self.offsets if changelog_offsets is None else min(self.offsets, changelog_offsets)
+            restore = self.offsets
+            if changelog_offsets is not None and changelog_offsets < restore:
+                restore = changelog_offsets
             if restore <= acceptable_recovery_lag:
                 return 0
             # with no changelog size, no state is unbounded: worse than any lag reported

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from assignor.lag import NO_STATE, UNBOUNDED_OFFSETS, whole_changelog_acceptable
 from assignor.model import ClientState, TaskId, TaskSpec
 
 __all__ = ["UNBOUNDED_OFFSETS", "Ranking", "Tier", "rank_clients", "tier_of", "whole_changelog_acceptable"]
+
+
+_NO_REPORTS: Mapping[str, int] = MappingProxyType({})
 
 
 class Tier:
@@ -26,10 +30,12 @@ class Tier:
     NO_STATE = 3
 
 
+# The tier of a non-zero rank by its residue mod 4 (``Lag.rank``: 4L, 4C+1, 4C+2)
+_TIER_BY_RESIDUE = (Tier.LAGGING, Tier.UNKNOWN, Tier.NO_STATE)
+
+
 def tier_of(rank: int) -> int:
-    if rank == 0:
-        return Tier.CAUGHT_UP
-    return (Tier.LAGGING, Tier.UNKNOWN, Tier.NO_STATE)[(rank % 4)]
+    return _TIER_BY_RESIDUE[rank % 4] if rank else Tier.CAUGHT_UP
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +47,7 @@ class Ranking:
     best: Mapping[TaskId, int]
 
     def rank(self, task: TaskId, client: str) -> int:
-        return self.holders.get(task, {}).get(client, self.absent[task])
+        return self.holders.get(task, _NO_REPORTS).get(client, self.absent[task])
 
     def caught_up(self, task: TaskId, client: str) -> bool:
         return self.rank(task, client) == 0
@@ -72,10 +78,10 @@ def rank_clients(
     client_count = len(clients)
     best = {}
     for (task, ranks), rank_absent in zip(holders.items(), absent.values(), strict=True):
-        if not ranks:
+        if ranks:
+            lowest = min(ranks.values())
+            # clients that report nothing rank ``absent``: some do unless every client reported
+            best[task] = lowest if lowest < rank_absent or len(ranks) == client_count else rank_absent
+        else:
             best[task] = rank_absent
-            continue
-        lowest = min(ranks.values())
-        # clients that report nothing rank ``absent``: some do unless every client reported
-        best[task] = lowest if len(ranks) == client_count or lowest < rank_absent else rank_absent
     return Ranking(holders=holders, absent=absent, best=best)
