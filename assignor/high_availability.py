@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
 from operator import itemgetter
+from types import MappingProxyType
 
 from assignor import rack_aware
 from assignor.balance import is_balanced, replicas_balanced
@@ -51,6 +52,9 @@ from assignor.target import (
     standby_formulations,
     standby_target,
 )
+
+# The ranks reported on a task nobody reported on (``Ranking.rank``)
+_NO_REPORTS: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -470,35 +474,45 @@ def settled_assignment(group: Group, ranking: Ranking | None, config: Assignment
     if not is_balanced(active_counts, group.threads, config.balance_factor):
         return None  # first: the cheap test a scale-out fails (its new members hold nothing)
     replica_counts = dict.fromkeys(group.clients, 0)
+    none: frozenset[str] = frozenset()
+    if ranking is not None:
+        reported, absent = ranking.holders, ranking.absent
     for task in group.stateful:
         owner = owners[task]
         replica_counts[owner] += 1
-        if ranking is not None and ranking.rank(task, owner) != 0:
+        # caught up (``Ranking.caught_up``, inlined: a hot loop)
+        if ranking is not None and reported.get(task, _NO_REPORTS).get(owner, absent[task]) != 0:
             return None
+    stateful = frozenset(group.stateful)
     for client in group.clients:
-        for task in group.states[client].prev_standby:
-            spec = group.specs.get(task)
-            if spec is None or not spec.stateful or owners.get(task) == client:
+        standbys = group.states[client].prev_standby
+        if not stateful.issuperset(standbys):
+            return None
+        for task in standbys:
+            if owners.get(task) == client:
                 return None
-            replica_counts[client] += 1
+        replica_counts[client] += len(standbys)
+    previous_holders = group.prev_standby_holders
     for task in group.stateful:
-        holders = group.prev_standby_holders.get(task, frozenset())
+        holders = previous_holders.get(task, none)
         if len(holders) != per_task:
             return None
-        if ranking is not None and any(ranking.rank(task, c) != 0 for c in holders) and _caught_up_substitute(
-                group, ranking, task, excluded={owners[task], *holders}) is not None:
-            return None  # property 2: a lagging standby yields to a caught-up client that is free
-    claims = sum(len(group.states[c].prev_active & group.specs.keys()) for c in group.clients)
-    if claims != len(owners):
+        if ranking is not None and holders:
+            ranks, rank_absent = reported.get(task, _NO_REPORTS), absent[task]
+            for client in holders:
+                if ranks.get(client, rank_absent) != 0:
+                    if _caught_up_substitute(group, ranking, task, excluded={owners[task], *holders}) is not None:
+                        return None  # property 2: a lagging standby yields to a caught-up client that is free
+                    break
+    specs = group.specs
+    claimed = [[task for task in group.states[c].prev_active if task in specs] for c in group.clients]
+    if sum(map(len, claimed)) != len(owners):
         return None
     if not replicas_balanced(replica_counts, group.threads, config.balance_factor):
         return None
     assignments = {
-        client: ClientAssignment(
-            active=tuple(sorted(t for t in group.states[client].prev_active if t in group.specs)),
-            standby=tuple(sorted(group.states[client].prev_standby)),
-        )
-        for client in group.clients
+        client: ClientAssignment(active=tuple(sorted(active)), standby=tuple(sorted(group.states[client].prev_standby)))
+        for client, active in zip(group.clients, claimed, strict=True)
     }
     return AssignmentResult(
         clients=assignments,
