@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache, partial
 from itertools import chain, compress
-from operator import attrgetter
+from operator import attrgetter, not_
 
 import numpy as np
 
@@ -118,6 +118,9 @@ UNIFORM_CLASS_MIN = 3
 QUEUE_UNITS = 16
 
 
+_ID, _STATEFUL, _SUBTOPOLOGY = attrgetter("id"), attrgetter("stateful"), attrgetter("subtopology")
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """Indexes over one problem, computed once and shared by every step."""
@@ -134,7 +137,7 @@ class Group:
 
     @classmethod
     def of(cls, tasks: Sequence[TaskSpec], clients: Sequence[ClientState]) -> Group:
-        specs = {spec.id: spec for spec in sorted(tasks, key=lambda s: s.id)}
+        specs = {spec.id: spec for spec in sorted(tasks, key=_ID)}
         ordered = sorted(clients, key=lambda c: c.id)
         owner: dict[TaskId, str] = {}
         holders: dict[TaskId, set[str]] = defaultdict(set)
@@ -149,16 +152,17 @@ class Group:
                     holders[task].add(client.id)
         for task, client_id in owner.items():
             holders[task].discard(client_id)
+        stateful = list(map(_STATEFUL, specs.values()))  # columns by C-level maps: a group's every task
         return cls(
             specs=specs,
-            stateful=tuple(t for t, s in specs.items() if s.stateful),
-            stateless=tuple(t for t, s in specs.items() if not s.stateful),
+            stateful=tuple(compress(specs, stateful)),
+            stateless=tuple(compress(specs, map(not_, stateful))),
             clients=tuple(c.id for c in ordered),
             threads={c.id: c.threads for c in ordered},
             states={c.id: c for c in ordered},
             prev_active_owner=owner,
             prev_standby_holders={t: frozenset(h) for t, h in holders.items()},
-            key_counts=dict(sorted(Counter(map(_group_key, specs.values())).items())),
+            key_counts=dict(sorted(Counter(zip(map(_SUBTOPOLOGY, specs), stateful, strict=True)).items())),
         )
 
     def stateful_counts(self) -> dict[int, int]:
@@ -2014,7 +2018,7 @@ class _RelaxedStandbyFlow(_StandbyFlow):
                 holder = next(iter(holders))
                 if holder != self.actives[task] and holder in group.threads:
                     origin[task] = holder
-        keeper = _CapKeeper(self.caps, attrgetter("subtopology"), origin, group.clients)
+        keeper = _CapKeeper(self.caps, _SUBTOPOLOGY, origin, group.clients)
         settled = _settle_leavers(self.classes.decode_within(self.graph, keeper), keeper.key_of, self.caps,
                                   self.graph.flows(self.hub_arcs), group.clients)
         if settled is None:
