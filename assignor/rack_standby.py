@@ -475,9 +475,10 @@ def _find_refill(state: _Standbys, task: int, client: int, cls: tuple[int, ...])
     if REMEMBER_FAILED and state.failed.get(search) == seen:
         return None
     there = next((c for c in sorted(state.room_at[cls]) if c != client and state.may_take(task, c)), None)
-    donors = [c for c in state.members[home] if c != client and len(on_client[c]) > floor[c]]
     looked = 0
-    if there is not None and donors:
+    if there is not None:
+        # donors read only once a client with room is found (most searches find none)
+        donors = (c for c in state.members[home] if c != client and len(on_client[c]) > floor[c])
         ready = state.ready_for if state.ready is not None else None
         owed = 0 if ready is None else (not ready(task, there)) - (not ready(task, client))
         for donor in donors:
