@@ -75,13 +75,15 @@ class _Standbys:
                  windows: Mapping[str, tuple[int, int]] | None = None) -> None:
         self.clients = group.clients
         client_index = index_of(self.clients)
-        self.tasks = tuple(t for t in group.stateful if standbys.get(t))
-        self.active = [client_index[actives[t]] for t in self.tasks]
-        self.holders = [sorted([client_index[c] for c in standbys[t]]) for t in self.tasks]
+        self.tasks = tuple(filter(standbys.get, group.stateful))
+        index = client_index.__getitem__
+        self.active = list(map(index, map(actives.__getitem__, self.tasks)))
+        self.holders = [sorted(map(index, standbys[t])) for t in self.tasks]
         self.on_client: list[set[int]] = [set() for _ in self.clients]
+        on_client = self.on_client
         for task, holders in enumerate(self.holders):
             for client in holders:
-                self.on_client[client].add(task)
+                on_client[client].add(task)
         values = [index_of(sorted({location[c][k] for c in self.clients})) for k in range(len(location[self.clients[0]]))]
         self.loc = [tuple(values[k][location[c][k]] for k in range(len(values))) for c in self.clients]
         self.classes = sorted(set(self.loc))
@@ -122,13 +124,14 @@ class _Standbys:
         if ranking is not None and (any(map(ranking.holders.get, self.tasks))
                                     or not all(map(ranking.absent.__getitem__, self.tasks))):
             self.ready = []
+            add_ready, reported, absent = self.ready.append, ranking.holders.get, ranking.absent
             for task, task_id in enumerate(self.tasks):
-                ranks = ranking.holders.get(task_id, {})
-                if ranking.absent[task_id] == 0:
+                ranks = reported(task_id, {})
+                if absent[task_id] == 0:
                     self.everywhere_but[task] = frozenset([client_index[c] for c, rank in ranks.items() if rank])
-                    self.ready.append(frozenset())
+                    add_ready(frozenset())
                 else:
-                    self.ready.append(frozenset([client_index[c] for c, rank in ranks.items() if rank == 0]))
+                    add_ready(frozenset([client_index[c] for c, rank in ranks.items() if rank == 0]))
             if not self.everywhere_but and not any(self.ready):
                 self.ready = None  # nobody caught up on anything (a fresh group): every swap restores as much
         # Per client, the standbys on it that still restore there, and the tasks caught up on
@@ -137,14 +140,14 @@ class _Standbys:
         self.ready_on: list[set[int]] = [set() for _ in self.clients]
         self.restoring_at: dict[tuple[int, ...], set[int]] = {cls: set() for cls in self.classes}
         if self.ready is not None:
-            everywhere_but = self.everywhere_but
+            everywhere_but, ready_on, restoring = self.everywhere_but, self.ready_on, self.restoring
             for task, (holders, ready) in enumerate(zip(self.holders, self.ready, strict=True)):
                 for client in ready:
-                    self.ready_on[client].add(task)
+                    ready_on[client].add(task)
                 exceptions = everywhere_but.get(task)  # ``ready_for``, inlined (a loop over every standby)
                 for client in holders:
                     if client not in ready if exceptions is None else client in exceptions:
-                        self.restoring[client].add(task)
+                        restoring[client].add(task)
                         self.restoring_at[self.loc[client]].add(client)
         # Per client c and holder h, the tasks caught up on c with a standby on h, and those of
         # them restoring on h (explicit readiness only): built when a search first reads them.
@@ -180,11 +183,26 @@ class _Standbys:
         so a search reads a client's few holders instead of walking every task caught up there
         (5 clients x 20,000 tasks: thousands per search)."""
         if self.held_ready is None:
-            self.held_ready = [{} for _ in self.clients]
-            self.held_restoring = [{} for _ in self.clients]
+            held_ready: list[dict[int, set[int]]] = [{} for _ in self.clients]
+            held_restoring: list[dict[int, set[int]]] = [{} for _ in self.clients]
             for task, (holders, ready) in enumerate(zip(self.holders, self.ready, strict=True)):
-                for client in holders:
-                    self._file_held(task, client, ready, True)
+                if not ready:
+                    continue
+                for holder in holders:  # ``_file_held`` of every standby, inlined
+                    restoring = holder not in ready
+                    for client in ready:
+                        tasks = held_ready[client].get(holder)
+                        if tasks is None:
+                            held_ready[client][holder] = {task}
+                        else:
+                            tasks.add(task)
+                        if restoring:
+                            tasks = held_restoring[client].get(holder)
+                            if tasks is None:
+                                held_restoring[client][holder] = {task}
+                            else:
+                                tasks.add(task)
+            self.held_ready, self.held_restoring = held_ready, held_restoring
         return self.held_ready, self.held_restoring
 
     def _file_held(self, task: int, holder: int, ready: frozenset[int], add: bool) -> None:
@@ -378,7 +396,7 @@ def spread_and_swap_standbys(
         rack_index = index_of(racks)
         client_rack = [rack_index[group.states[c].rack] for c in group.clients]
         if anchors is None:
-            anchored = [set(holders) for holders in state.holders]
+            anchored = list(map(set, state.holders))
         else:
             client_index = index_of(group.clients)
             anchored = [{client_index[c] for c in anchors.get(t, ()) if c in client_index} for t in state.tasks]
@@ -481,15 +499,23 @@ def _find_refill(state: _Standbys, task: int, client: int, cls: tuple[int, ...])
         donors = (c for c in state.members[home] if c != client and len(on_client[c]) > floor[c])
         ready = state.ready_for if state.ready is not None else None
         owed = 0 if ready is None else (not ready(task, there)) - (not ready(task, client))
+        active, holders, ready_sets, everywhere_but = state.active, state.holders, state.ready, state.everywhere_but
         for donor in donors:
             for other in sorted(on_client[donor]):
                 looked += 1
                 if looked > LOOKAHEAD:
                     break
-                if other == task or not state.may_take(other, client):
+                if other == task or client == active[other] or client in holders[other]:  # ``may_take``
                     continue
-                if ready is not None and owed + (not ready(other, client)) - (not ready(other, donor)) > 0:
-                    continue
+                if ready is not None:  # ``ready_for``, inlined: two per standby looked at
+                    exceptions = everywhere_but.get(other)
+                    if exceptions is None:
+                        restores_here = client not in ready_sets[other]
+                        restored = donor not in ready_sets[other]
+                    else:
+                        restores_here, restored = client in exceptions, donor in exceptions
+                    if owed + restores_here - restored > 0:
+                        continue
                 state.spread_budget -= looked
                 return there, other, donor
             if looked > LOOKAHEAD:
@@ -665,12 +691,33 @@ class _PairLosses:
         self.filed: dict[int, list[tuple[int, int]]] = {}
         state = losses.state
         self.synced = len(state.location_logs[here])
+        members = state.members[here]
+        sizes = [len(state.on_client[c]) for c in members]
+        tasks = np.fromiter(itertools.chain.from_iterable(map(state.on_client.__getitem__, members)), dtype=np.int64,
+                            count=sum(sizes))
+        clients = np.repeat(np.array(members, dtype=np.int64), sizes)
+        single = state.single[tasks]
         clients_of: dict[int, list[int]] = {}  # a task's standbys here, all filed together
-        for client in state.members[here]:
-            for task in state.on_client[client]:
-                clients_of.setdefault(task, []).append(client)
-        for task, clients in clients_of.items():
-            self._file(task, clients)
+        for task, client in zip(tasks[~single].tolist(), clients[~single].tolist(), strict=True):
+            clients_of.setdefault(task, []).append(client)
+        for task, clients_here in clients_of.items():
+            self._file(task, clients_here)
+        # A task with one standby loses by its active's location alone (``_Losses.loss``): all at once.
+        tasks, clients = tasks[single], clients[single]
+        if not len(tasks):
+            return
+        active = state.active_loc[tasks]
+        losses_of = (state.weight + 1) * ((active == np.array(there, dtype=np.int64)).sum(axis=1)
+                                          - (active == np.array(here, dtype=np.int64)).sum(axis=1))
+        state.spread_budget -= len(tasks)
+        entries = list(zip(losses_of.tolist(), clients.tolist(), strict=True))
+        self.filed.update(zip(tasks.tolist(), ([entry] for entry in entries), strict=True))
+        order = np.lexsort((clients, losses_of))
+        tasks = tasks[order].tolist()
+        bounds = np.flatnonzero((np.diff(losses_of[order]) != 0) | (np.diff(clients[order]) != 0)) + 1
+        for start, stop in zip([0, *bounds.tolist()], [*bounds.tolist(), len(tasks)], strict=True):
+            value, client = entries[order[start]]
+            self.slots.setdefault(value, {}).setdefault(client, set()).update(tasks[start:stop])
 
     def _file(self, task: int, clients: list[int]) -> None:
         loss = self.losses.loss
@@ -1265,10 +1312,11 @@ class _AnchorReturns:
             return np.zeros(len(tasks), dtype=np.int64)
         size = len(state.clients)
         if self.ready_keys is None:
-            listed = itertools.chain(
-                (task * size + c for task, ready in enumerate(state.ready) for c in ready),
-                (task * size + c for task, exceptions in state.everywhere_but.items() for c in exceptions))
-            self.ready_keys = np.unique(np.fromiter(listed, dtype=np.int64))
+            sets = [*state.ready, *state.everywhere_but.values()]
+            owners = np.array([*range(len(state.ready)), *state.everywhere_but], dtype=np.int64)
+            lengths = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
+            listed = np.fromiter(itertools.chain.from_iterable(sets), dtype=np.int64, count=int(lengths.sum()))
+            self.ready_keys = np.unique(np.repeat(owners, lengths) * size + listed)
             self.inverted = np.zeros(len(state.tasks), dtype=bool)  # listed: the clients *not* caught up
             self.inverted[np.fromiter(state.everywhere_but, dtype=np.int64, count=len(state.everywhere_but))] = True
         keys = tasks * size + clients
@@ -1293,25 +1341,32 @@ class _ReadyPartners:
     def __init__(self, state: _Standbys, partners: list[tuple[int, int, int]], used: list[bool]) -> None:
         self.state = state
         self.used = used
+        self.first_restoring = 0
         self.restoring: list[int] = []
         self.on_client: dict[int, list[int]] = {}
         self.ready_on: dict[int, list[int]] = {}
-        ready = state.ready
-        for index, (_, other, other_client) in enumerate(partners):
-            if other_client not in ready[other]:
-                self.restoring.append(index)
-            self.on_client.setdefault(other_client, []).append(index)
-            for client in ready[other]:
-                self.ready_on.setdefault(client, []).append(index)
-        self.first_restoring = 0
+        if not partners:
+            return
+        _, others, clients = zip(*partners, strict=True)
+        ready_sets = list(map(state.ready.__getitem__, others))
+        lengths = np.fromiter(map(len, ready_sets), dtype=np.int64, count=len(partners))
+        ready_clients = np.fromiter(itertools.chain.from_iterable(ready_sets), dtype=np.int64, count=int(lengths.sum()))
+        ready_index = np.repeat(np.arange(len(partners)), lengths)
+        on = np.array(clients, dtype=np.int64)
+        size = len(state.clients)
+        caught_up = np.isin(np.arange(len(partners)) * size + on, ready_index * size + ready_clients)
+        self.restoring = np.flatnonzero(~caught_up).tolist()
+        self.on_client = _ascending_by(on, np.arange(len(partners)))
+        self.ready_on = _ascending_by(ready_clients, ready_index)
 
     def allowed(self, task: int, client: int, first: int) -> Iterator[int]:
         """Partner indices from ``first`` on, ascending, that may pass ``restores_more`` (a superset)."""
         state = self.state
         special = set(self.ready_on.get(client, ()))
+        on_client = self.on_client
         for ready_client in state.ready[task]:
-            special.update(self.on_client.get(ready_client, ()))
-        special = sorted(index for index in special if index >= first)
+            special.update(on_client.get(ready_client, ()))
+        special = sorted(filter(first.__le__, special) if first else special)
         if client in state.ready[task]:
             return iter(special)
         if 2 * len(self.restoring) >= len(self.used):  # most partners restore: the check filters the rest
@@ -1321,6 +1376,17 @@ class _ReadyPartners:
             self.first_restoring += 1
         start = max(self.first_restoring, bisect.bisect_left(restoring, first))
         return _unique(heapq.merge(special, (restoring[i] for i in range(start, len(restoring)))))
+
+
+def _ascending_by(keys: np.ndarray, values: np.ndarray) -> dict[int, list[int]]:
+    """key -> its ``values`` in their order (ascending ``values`` stay ascending)."""
+    if not len(keys):
+        return {}
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order].tolist()
+    starts = [0, *(np.flatnonzero(np.diff(keys)) + 1).tolist()]
+    return dict(zip(keys[starts].tolist(), map(values.__getitem__, map(slice, starts, [*starts[1:], len(values)])),
+                    strict=True))
 
 
 def _unique(ascending: Iterator[int]) -> Iterator[int]:
@@ -1347,7 +1413,8 @@ class _ZoneDeltas:
 
     def movable(self, state: _Standbys, dest: tuple, bound: int) -> list[tuple[int, int, int]]:
         """(delta, task, client) of the slots still held whose delta toward the ``dest`` zone is
-        below ``bound`` and whose task's spread would not get worse there, in slot order.
+        below ``bound`` and whose task's spread would not get worse there, in slot order (in
+        ascending order when every task has one standby, so that the callers' sort is one pass).
 
         A task with one standby in this zone shares ``shared_here`` location values with its
         active; its spread is not worse at ``dest`` exactly when it shares no more there, so
@@ -1357,6 +1424,8 @@ class _ZoneDeltas:
         delta = self.pricing.traffic * self.rows[:, dest_rack] + self.base
         shared_there = (self.active_loc == np.array(dest_location, dtype=np.int64)).sum(axis=1)
         keep = np.flatnonzero((delta < bound) & (~self.single | (shared_there <= self.shared_here)))
+        if self.single[keep].all():  # judged without side effects: in the order the callers sort them
+            keep = keep[np.lexsort((self.clients[keep], self.tasks[keep], delta[keep]))]
         holders, single = state.holders, self.single[keep].tolist()
         def not_worse(t: int, c: int, there: tuple) -> bool:
             # past the spread budget no new table of moves is worked out: a task not yet
