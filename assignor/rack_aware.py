@@ -21,6 +21,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -77,17 +78,18 @@ def stand_down_reason(group: Group, config: AssignmentConfig) -> str:
 
 def cross_rack_matrix(group: Group, tasks: tuple[TaskId, ...], racks: list[str]) -> np.ndarray:
     """``cross[t, r]``: input partitions of task t with no replica in rack r (KIP-925 getCost)."""
-    rows: list[int] = []
-    kinds: list[int] = []
-    kind_of: dict[frozenset[str], int] = {}
-    for row, task in enumerate(tasks):
-        for tp in group.specs[task].partitions:
-            rows.append(row)
-            kinds.append(kind_of.setdefault(tp.racks, len(kind_of)))
-    vectors = np.array([[rack not in replicas for rack in racks] for replicas in kind_of], dtype=np.int64)
+    partitions = [group.specs[task].partitions for task in tasks]
+    replicas = [tp.racks for task_partitions in partitions for tp in task_partitions]
+    kind_of = {kind: index for index, kind in enumerate(dict.fromkeys(replicas))}  # in order of appearance
+    vectors = np.array([[rack not in kind for rack in racks] for kind in kind_of], dtype=np.int64)
     cross = np.zeros((len(tasks), len(racks)), dtype=np.int64)
-    if rows:
-        np.add.at(cross, np.array(rows), vectors[np.array(kinds)])
+    if replicas:
+        kinds = np.fromiter(map(kind_of.__getitem__, replicas), dtype=np.int64, count=len(replicas))
+        lengths = np.fromiter(map(len, partitions), dtype=np.int64, count=len(tasks))
+        if (lengths == 1).all():  # one input partition per task, the common case
+            cross[:] = vectors[kinds]
+        else:
+            np.add.at(cross, np.repeat(np.arange(len(tasks)), lengths), vectors[kinds])
     return cross
 
 
@@ -178,7 +180,8 @@ def placement_problem(
     client_index = index_of(group.clients)
     rack_index = index_of(racks)
     client_rack = np.array([rack_index[group.states[c].rack] for c in group.clients], dtype=np.int64)
-    target = np.array([client_index[actives[t]] for t in tasks], dtype=np.int64)
+    placed = list(map(actives.__getitem__, tasks))
+    target = np.fromiter(map(client_index.__getitem__, placed), dtype=np.int64, count=len(tasks))
     if config.assignor == AssignorKind.STICKY:
         # KIP-925 "Summary": with the sticky assignor, non-overlap means "not t's previous client".
         owners = group.prev_active_owner
@@ -187,17 +190,18 @@ def placement_problem(
         anchor = target.copy()
         if ranking is not None:
             owners = group.prev_active_owner
-            for row, task in enumerate(tasks):
-                owner = owners.get(task)
-                if owner is not None and owner != actives[task] and task in ranking.holders \
-                        and ranking.caught_up(task, owner) and not ranking.caught_up(task, actives[task]):
+            for row, (task, owner, active) in enumerate(zip(tasks, map(owners.get, tasks), placed, strict=True)):
+                if owner is not None and owner != active and task in ranking.holders \
+                        and ranking.caught_up(task, owner) and not ranking.caught_up(task, active):
                     anchor[row] = client_index[owner]
     slots = np.bincount(target, minlength=len(group.clients)).astype(np.int64)
+    subtopology = np.fromiter(map(attrgetter("subtopology"), tasks), dtype=np.int64, count=len(tasks))
+    partition = np.fromiter(map(attrgetter("partition"), tasks), dtype=np.int64, count=len(tasks))
     keys = caps = None
     if config.rack_aware_strategy == RackAwareStrategy.BALANCE_SUBTOPOLOGY:
-        subtopologies = index_of(sorted({t.subtopology for t in tasks}))
-        keys = np.array([subtopologies[t.subtopology] for t in tasks], dtype=np.int64)
+        keys = np.unique(subtopology, return_inverse=True)[1].astype(np.int64).ravel()  # subtopologies in order
         caps = subtopology_caps(keys, slots)
+    prev_holders = group.prev_standby_holders
     return PlacementProblem(
         cross=cross_rack_matrix(group, tasks, racks) if cross is None else cross,
         client_rack=client_rack,
@@ -208,10 +212,10 @@ def placement_problem(
         non_overlap_cost=costs[1],
         keys=keys,
         caps=caps,
-        task_ids=np.array([(t.subtopology << 32) | t.partition for t in tasks], dtype=np.uint64),
+        task_ids=(subtopology.astype(np.uint64) << np.uint64(32)) | partition.astype(np.uint64),
         client_ids=np.array([zlib.crc32(c.encode()) for c in group.clients], dtype=np.uint64),
-        holder=np.array([client_index[min(group.prev_standby_holders[t])] if group.prev_standby_holders.get(t) else -1
-                         for t in tasks], dtype=np.int64),
+        holder=np.fromiter((client_index[min(holders)] if (holders := prev_holders.get(t)) else -1 for t in tasks),
+                           dtype=np.int64, count=len(tasks)),
     )
 
 

@@ -20,7 +20,7 @@ from assignor.balance import quotas
 from assignor.convergence import settle
 from assignor.lag import Lag
 from assignor.model import LATEST, AssignmentConfig, ClientState, TaskId, TaskSpec, TopicPartition
-from assignor.rack_aware import optimize_actives, optimize_standbys
+from assignor.rack_aware import cross_rack_matrix, optimize_actives, optimize_standbys
 from assignor.ranking import rank_clients
 from assignor.target import CostModel, Group, active_target, standby_target
 from tests.assignor.invariants import broken_rules
@@ -87,6 +87,18 @@ def test_rack_awareness_stands_down_beyond_max_racks_and_assigns_as_without_it()
     assert {c: a.active for c, a in result.clients.items()} == {c: a.active for c, a in without.clients.items()}
     at_bound = assign(tasks[:2 * MAX_RACKS], clients[:MAX_RACKS], AssignmentConfig(rack_aware_strategy="min_traffic"))
     assert at_bound.rack_awareness.enabled
+
+
+def test_cross_rack_counts_every_input_partition_of_a_task():
+    """KIP-925 getCost per (task, rack): a task reading several partitions, or none, beside
+    the common one-partition tasks."""
+    tasks = [TaskSpec(TaskId(0, 0), False, partitions=(_tp("t", 0, "r1"), _tp("u", 0, "r1", "r2"))),
+             TaskSpec(TaskId(0, 1), False),
+             TaskSpec(TaskId(0, 2), False, partitions=(_tp("t", 2, "r3"),))]
+    clients = [ClientState("a", rack="r1"), ClientState("b", rack="r2"), ClientState("c", rack="r3")]
+    group = Group.of(tasks, clients)
+    cross = cross_rack_matrix(group, group.stateless, ["r1", "r2", "r3"])
+    assert cross.tolist() == [[0, 1, 2], [0, 0, 0], [1, 1, 0]]
 
 
 def test_report_counts_active_cross_rack_partitions_before_and_after():
