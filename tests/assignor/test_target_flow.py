@@ -586,6 +586,17 @@ def test_targets_ignore_the_order_of_the_input(group, seed):
     assert results[0] == results[1]
 
 
+def _one_standby_setting(specs, clients, lag_aware: bool):
+    """What a one-standby flow starts from: (group, ranking, costs, actives); None when the group
+    can have no standby (a single client, or no stateful task)."""
+    index = Group.of(specs, clients)
+    if index.standby_count(1) == 0 or not index.stateful:
+        return None
+    ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
+    costs = CostModel(lag_aware)
+    return index, ranking, costs, target.active_target(index, ranking, costs)
+
+
 def _funnel_rounds(call):
     """(result, per round the hubs' funnels were split, how many clients had to leave them)."""
     rounds = []
@@ -658,13 +669,10 @@ def test_the_hub_knows_the_subtopologies_it_cannot_deal_before_dealing(group, la
     """A hub round with a subtopology it cannot deal is thrown away, so the keys with no dealing
     are named before any is dealt (``_Hub.undealable``): they are exactly those whose dealing
     fails, whatever the other keys took (here: nothing)."""
-    specs, clients = group
-    group_index = Group.of(specs, clients)
-    if group_index.standby_count(1) == 0 or not group_index.stateful:
+    setting = _one_standby_setting(*group, lag_aware)
+    if setting is None:
         return
-    ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    costs = CostModel(lag_aware)
-    actives = target.active_target(group_index, ranking, costs)
+    group_index, ranking, costs, actives = setting
     named = []
     undealable = target._Hub.undealable
 
@@ -711,14 +719,11 @@ def test_the_standby_tree_grows_with_the_tasks_not_the_clients():
 def test_funnelled_standby_hubs_reach_the_per_task_optimum(group, lag_aware, by_size):
     """The same for one standby per task through the hub formulation, whenever its hub units
     have an exact dealing (otherwise the target changes formulation, checked above)."""
-    specs, clients = group
-    inst = _Instance(specs, clients, lag_aware)
-    group_index = Group.of(specs, clients)
-    if group_index.standby_count(1) == 0 or not inst.stateful:
+    inst = _Instance(*group, lag_aware)
+    setting = _one_standby_setting(*group, lag_aware)
+    if setting is None:
         return
-    ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    costs = CostModel(lag_aware)
-    actives = target.active_target(group_index, ranking, costs)
+    group_index, ranking, costs, actives = setting
     with _funnels(by_size) as own_arcs:
         result, rounds = _funnel_rounds(lambda: target.HUB.solve(group_index, ranking, costs, actives, 1,
                                                                   own_arcs=own_arcs))
@@ -853,14 +858,11 @@ def test_relaxed_standby_flow_reaches_the_per_task_optimum(group, lag_aware):
     subtopologies where that costs nothing, ``_trade_hub_units``) exceeds the caps by no more
     than that flow paid, the standbys cost the exact per-task optimum; otherwise the default
     formulations decide, as without it."""
-    specs, clients = group
-    inst = _Instance(specs, clients, lag_aware)
-    index = Group.of(specs, clients)
-    if index.standby_count(1) == 0 or not inst.stateful:
+    inst = _Instance(*group, lag_aware)
+    setting = _one_standby_setting(*group, lag_aware)
+    if setting is None:
         return
-    ranking = rank_clients(specs, clients, ACCEPTABLE_RECOVERY_LAG)
-    costs = CostModel(lag_aware)
-    actives = target.active_target(index, ranking, costs)
+    index, ranking, costs, actives = setting
     decoded = []
     within = target._RelaxedStandbyFlow.standbys_within_caps
 
