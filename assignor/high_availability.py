@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
 from operator import itemgetter
-from types import MappingProxyType
 
 from assignor import rack_aware
 from assignor.balance import is_balanced, replicas_balanced
@@ -52,9 +51,6 @@ from assignor.target import (
     standby_formulations,
     standby_target,
 )
-
-# The ranks reported on a task nobody reported on (``Ranking.rank``)
-_NO_REPORTS: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -481,7 +477,7 @@ def settled_assignment(group: Group, ranking: Ranking | None, config: Assignment
         owner = owners[task]
         replica_counts[owner] += 1
         # caught up (``Ranking.caught_up``, inlined: a hot loop)
-        if ranking is not None and reported.get(task, _NO_REPORTS).get(owner, absent[task]) != 0:
+        if ranking is not None and reported[task].get(owner, absent[task]) != 0:
             return None
     stateful = frozenset(group.stateful)
     for client in group.clients:
@@ -498,7 +494,7 @@ def settled_assignment(group: Group, ranking: Ranking | None, config: Assignment
         if len(holders) != per_task:
             return None
         if ranking is not None and holders:
-            ranks, rank_absent = reported.get(task, _NO_REPORTS), absent[task]
+            ranks, rank_absent = reported[task], absent[task]
             for client in holders:
                 if ranks.get(client, rank_absent) != 0:
                     if _caught_up_substitute(group, ranking, task, excluded={owners[task], *holders}) is not None:
