@@ -1,7 +1,9 @@
 """``python -m assignor FILE|-``: assign one scenario (docs/scenario-format.md) and print it.
 
 Exit 0 with the assignment on standard output; exit 2 with one line naming the offending
-field on standard error for invalid input. ``--explain`` adds the assignor's reasons.
+field on standard error for invalid input. Fields the format does not define are no error
+(scenario.md: "Fields may be added"), but each is named once on standard error, since a
+misspelt one would silently take its default. ``--explain`` adds the assignor's reasons.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ import sys
 
 from assignor import solve
 from assignor.model import InvalidInput
-from assignor.scenario import parse_problem_text, result_to_document
+from assignor.scenario import (
+    SCENARIO_VERSION,
+    parse_problem,
+    read_document,
+    result_to_document,
+    unknown_fields,
+)
 
 # Spaces per level of --indent: a readable page needs a few; 10^8 wrote 9 GB of spaces
 MAX_INDENT = 16
@@ -54,10 +62,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m assignor") -> int
         print("error: scenario: not UTF-8 text", file=sys.stderr)
         return 2
     try:
-        problem = parse_problem_text(text)
+        document = read_document(text)
+        problem = parse_problem(document)
     except InvalidInput as error:
         print(f"error: {error.field}: {error.message}", file=sys.stderr)
         return 2
+    for field in unknown_fields(document):
+        print(f"warning: {field}: not a field of scenario format v{SCENARIO_VERSION}; ignored", file=sys.stderr)
     result = solve(problem)
     try:
         json.dump(result_to_document(result, explain=args.explain), sys.stdout, indent=args.indent)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
@@ -94,13 +94,55 @@ def _duplicate_key(node: Any, path: str = "") -> str | None:
 
 
 def parse_problem_text(text: str) -> AssignmentProblem:
+    return parse_problem(read_document(text))
+
+
+def read_document(text: str) -> Any:
+    """A scenario document's JSON, refused when not JSON or when an object names a key twice."""
     try:
-        document = _read_json(text, _unique_keys)
+        return _read_json(text, _unique_keys)
     except _DuplicateKey:
         # read again to name it: a document that is no JSON further on is refused as such
         field = _duplicate_key(_read_json(text, _Pairs)) or "(document)"
         raise InvalidInput(field, "a key given twice in one object (which one counts would be a guess)") from None
-    return parse_problem(document)
+
+
+_DOCUMENT_FIELDS = frozenset({"version", "config", "tasks", "clients"})
+_TASK_FIELDS = frozenset({"id", "stateful", "changelog_offsets", "partitions"})
+_PARTITION_FIELDS = frozenset({"topic", "partition", "racks"})
+_CLIENT_FIELDS = frozenset({"id", "threads", "rack", "tags", "prev_active", "prev_standby", "lags"})
+
+
+def unknown_fields(document: Mapping[str, Any]) -> list[str]:
+    """The fields of a valid scenario document (``parse_problem`` accepted it) that format v1
+    does not define, each name once, at its first place, in document order. scenario.md:
+    "Fields may be added", so they are no error; but a misspelt one (``"thread": 3``) is
+    ignored and its default changes the assignment without a word, so a caller can be told."""
+    tasks, clients = document["tasks"], document["clients"]
+    found = [field for field in document if field not in _DOCUMENT_FIELDS]
+    found += _first_places(((f"tasks[{index}]", task) for index, task in enumerate(tasks)),
+                           set().union(*tasks) - _TASK_FIELDS)
+    found += _first_places(((f"tasks[{index}].partitions[{position}]", partition)
+                            for index, task in enumerate(tasks) if task.get("partitions")
+                            for position, partition in enumerate(task["partitions"])),
+                           set().union(*(partition for task in tasks for partition in task.get("partitions") or ()))
+                           - _PARTITION_FIELDS)
+    found += _first_places(((f"clients[{index}]", client) for index, client in enumerate(clients)),
+                           set().union(*clients) - _CLIENT_FIELDS)
+    return found
+
+
+def _first_places(items: Iterator[tuple[str, Mapping[str, Any]]], names: set[str]) -> list[str]:
+    """Where each of ``names`` first appears among ``items`` (path, object), in order: read only
+    when some name is unknown, which the union of the objects' keys (C-level) tells at once."""
+    found = []
+    for where, item in items:
+        if not names:
+            break
+        fresh = names & item.keys()
+        names -= fresh
+        found.extend(f"{where}.{field}" for field in sorted(fresh))
+    return found
 
 
 def _read_json(text: str, object_pairs_hook: Any) -> Any:

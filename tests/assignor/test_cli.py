@@ -261,3 +261,28 @@ def test_any_json_is_either_a_problem_or_a_named_error(document, base):
         parse_problem(document)
     except InvalidInput as error:
         assert error.field
+
+
+def test_fields_the_format_does_not_define_are_named_once_on_standard_error_and_ignored():
+    """scenario.md: "Fields may be added", so an unknown field is no error; but ``"thread": 3``
+    (for ``threads``) silently ran the client on one thread, so each unknown name is told, once,
+    where it first appears, and the assignment is the one without it."""
+    document = copy.deepcopy(VALID)
+    document["comment"] = "from a test"
+    document["tasks"][1]["changelog_offset"] = 5
+    document["tasks"][2]["changelog_offset"] = 5
+    document["tasks"][2]["partitions"] = [{"topic": "t", "partition": 0, "rack": ["r1"]}]
+    document["clients"][0]["thread"] = 3
+    document["clients"][1]["thread"] = 3
+    completed = run_cli(document)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stderr.splitlines() == [
+        f"warning: {field}: not a field of scenario format v1; ignored"
+        for field in ("comment", "tasks[1].changelog_offset", "tasks[2].partitions[0].rack", "clients[0].thread")]
+    assert json.loads(completed.stdout) == json.loads(run_cli(VALID).stdout)
+
+
+def test_a_document_of_known_fields_only_writes_nothing_on_standard_error():
+    completed = run_cli(VALID)
+    assert completed.returncode == 0
+    assert completed.stderr == ""
