@@ -84,7 +84,10 @@ class Lag:
 
     @staticmethod
     def from_json(value: Any) -> Lag:
-        """scenario.md "lags": an integer >= 0, "latest" or "unknown"; ValueError otherwise."""
+        """scenario.md "lags": an integer >= 0, "latest" or "unknown"; ValueError otherwise.
+        (An exact int in range first: most reports of a large group are numbers.)"""
+        if type(value) is int and 0 <= value <= MAX_LONG:
+            return Lag(_OFFSETS, value)
         if value == "latest":
             return RUNNING
         if value == "unknown":

@@ -15,7 +15,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from assignor.lag import MAX_LONG, Lag
+from assignor.lag import MAX_LONG, RUNNING, Lag
 from assignor.model import (
     MAX_INT,
     AssignmentConfig,
@@ -47,9 +47,8 @@ def parse_problem(document: Any) -> AssignmentProblem:
     if type(version) is not int or version != SCENARIO_VERSION:  # not 1.0 nor true either
         raise InvalidInput("version", f"unsupported version {version!r}; expected {SCENARIO_VERSION}")
     config = _parse_config(document.get("config", {}))
-    tasks = _parse_tasks(document.get("tasks"))
-    task_index = {spec.id: spec for spec in tasks}
-    clients = _parse_clients(document.get("clients"), task_index)
+    tasks, by_text = _parse_tasks(document.get("tasks"))
+    clients = _parse_clients(document.get("clients"), _TaskIndex({spec.id: spec for spec in tasks}, by_text))
     if tasks and not clients:
         raise InvalidInput("clients", f"must not be empty: {len(tasks)} tasks need at least one client to run on")
     return AssignmentProblem(tasks=tasks, clients=clients, config=config)
@@ -178,11 +177,14 @@ def _parse_config(raw: Any) -> AssignmentConfig:
     return AssignmentConfig(**values)
 
 
-def _parse_tasks(raw: Any) -> tuple[TaskSpec, ...]:
+def _parse_tasks(raw: Any) -> tuple[tuple[TaskSpec, ...], dict[str, TaskId]]:
+    """The tasks in task order, and each id by its canonical text as the document spelt it
+    (``_TaskIndex``: the texts clients name tasks by, read without writing 20,000 ids again)."""
     if not isinstance(raw, list):
         raise InvalidInput("tasks", "expected a list")
     seen: set[TaskId] = set()
     specs = []
+    by_text: dict[str, TaskId] = {}
     canonical = _CANONICAL_TASK_ID.fullmatch
     for index, item in enumerate(raw):  # field names are formatted only for an error (hot loop)
         if type(item) is not dict and not isinstance(item, Mapping):
@@ -190,7 +192,7 @@ def _parse_tasks(raw: Any) -> tuple[TaskSpec, ...]:
         text = item.get("id")
         match = canonical(text) if type(text) is str else None
         if match is not None:
-            task_id = TaskId(int(match[1]), int(match[2]))
+            task_id = by_text[text] = TaskId(int(match[1]), int(match[2]))
         else:
             task_id = TaskId.parse(text, f"tasks[{index}].id")
         if task_id in seen:
@@ -207,7 +209,9 @@ def _parse_tasks(raw: Any) -> tuple[TaskSpec, ...]:
         specs.append(TaskSpec(task_id, stateful, changelog,
                               _parse_partitions(partitions, "tasks", index) if partitions is not None else ()))
     specs.sort(key=attrgetter("id"))
-    return tuple(specs)
+    if len(by_text) < len(specs):  # some ids spelt otherwise (``00_1``): index them canonically
+        by_text.update((str(spec.id), spec.id) for spec in specs)
+    return tuple(specs), by_text
 
 
 # A task id as ``TaskId.__str__`` writes it, numbers of at most nine digits (below MAX_INT):
@@ -282,9 +286,9 @@ class _TaskIndex:
     """The group's tasks by id and by the canonical text of their id (``0_1``): clients name
     tasks tens of thousands of times, and a dictionary hit costs far less than parsing."""
 
-    def __init__(self, tasks: Mapping[TaskId, TaskSpec]) -> None:
+    def __init__(self, tasks: Mapping[TaskId, TaskSpec], by_text: Mapping[str, TaskId]) -> None:
         self.tasks = tasks
-        self.by_text = {str(task): task for task in tasks}
+        self.by_text = by_text  # ``_parse_tasks``
 
     def lookup(self, text: Any, where: str) -> TaskId:
         """Any other spelling (``00_1``) parsed, or the error naming the field."""
@@ -294,12 +298,11 @@ class _TaskIndex:
         return task_id
 
 
-def _parse_clients(raw: Any, tasks: Mapping[TaskId, TaskSpec]) -> tuple[ClientState, ...]:
+def _parse_clients(raw: Any, task_index: _TaskIndex) -> tuple[ClientState, ...]:
     """The clients, each task reported ``"latest"`` counted as that client's previous active
     (``_running_owners``)."""
     if not isinstance(raw, list):
         raise InvalidInput("clients", "expected a list")
-    task_index = _TaskIndex(tasks)
     seen: set[str] = set()
     active_owner: dict[TaskId, str] = {}
     fields = []
@@ -366,9 +369,8 @@ def _running_owners(fields: list, active_owner: Mapping[TaskId, str]
     claimed: dict[TaskId, str] = {}
     demoted: dict[str, set[TaskId]] = defaultdict(set)
     for client_id, *_, lags in sorted(fields, key=lambda row: row[0]):
-        for task_id, lag in lags.items():
-            if not lag.running:
-                continue
+        # ``Lag.from_json`` reads every "latest" as the one RUNNING (``_parse_lags``)
+        for task_id in [task_id for task_id, lag in lags.items() if lag is RUNNING]:
             keeper = active_owner.get(task_id) or claimed.setdefault(task_id, client_id)
             if keeper != client_id:
                 demoted[client_id].add(task_id)
