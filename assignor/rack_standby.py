@@ -67,6 +67,17 @@ CHECK_LIMIT = 256  # partner checks of a zone pair's recheck beyond which it is 
 _NONE: frozenset[int] = frozenset()
 
 
+def _single_spread(weight: int, active: tuple[int, ...], standby: tuple[int, ...]) -> int:
+    """The spread of a task with one standby (most tasks): ``_Standbys.spread``'s sum with one
+    holder, ``weight`` + 1 per location key where the standby shares the active's value."""
+    return (weight + 1) * sum(map(operator.eq, active, standby))
+
+
+def _single_spreads(weight: int, active: np.ndarray, standby: np.ndarray) -> np.ndarray:
+    """``_single_spread`` of many tasks at once (rows of locations; one ``standby`` row broadcasts)."""
+    return (weight + 1) * (active == standby).sum(axis=1)
+
+
 class _Standbys:
     """The private, mutable builder: standby holders by task and tasks by client, as indices."""
 
@@ -109,8 +120,8 @@ class _Standbys:
         # ``spread`` of every task: those with one standby (most) at once, as it scores them
         singles = np.flatnonzero(self.single)
         scores = np.zeros(len(self.tasks), dtype=np.int64)
-        scores[singles] = (self.weight + 1) * (self.active_loc[singles] == locations[
-            [self.holders[task][0] for task in singles.tolist()]]).sum(axis=1)
+        scores[singles] = _single_spreads(self.weight, self.active_loc[singles],
+                                         locations[[self.holders[task][0] for task in singles.tolist()]])
         self.scores = scores.tolist()
         for task in np.flatnonzero(~self.single).tolist():
             self.scores[task] = self.spread(task, [self.loc[c] for c in self.holders[task]])
@@ -234,10 +245,8 @@ class _Standbys:
 
     def spread(self, task: int, holder_locs: list[tuple[int, ...]]) -> int:
         active = self.loc[self.active[task]]
-        if len(holder_locs) == 1:
-            # One standby (the common case): a key scores weight + 1 exactly where it shares
-            # the active's value, the general sum below with one holder.
-            return (self.weight + 1) * sum(map(operator.eq, active, holder_locs[0]))
+        if len(holder_locs) == 1:  # the common case
+            return _single_spread(self.weight, active, holder_locs[0])
         # Several standbys: the score depends on the locations alone, in any order, and groups
         # have few of them, so each combination is worked out once.
         memo_key = (active, *sorted(holder_locs))
@@ -256,7 +265,7 @@ class _Standbys:
     def spread_if(self, task: int, leaving: int, arriving_loc: tuple[int, ...]) -> int:
         holders = self.holders[task]
         if len(holders) == 1 and holders[0] == leaving:
-            return (self.weight + 1) * sum(map(operator.eq, self.loc[self.active[task]], arriving_loc))
+            return _single_spread(self.weight, self.loc[self.active[task]], arriving_loc)
         return self.scores[task] + self.moves(task)[holders.index(leaving), arriving_loc]
 
     def moves(self, task: int) -> dict[tuple[int, tuple[int, ...]], int]:
@@ -666,7 +675,7 @@ class _Losses:
         held = state.holders[task]
         at = state.loc[state.active[task]]
         if len(held) == 1:
-            return (state.weight + 1) * (sum(map(operator.eq, at, there)) - sum(map(operator.eq, at, here)))
+            return _single_spread(state.weight, at, there) - _single_spread(state.weight, at, here)
         moves = state.moves_of[task]
         if moves is None:
             version = state.task_version[task]
@@ -707,8 +716,8 @@ class _PairLosses:
         if not len(tasks):
             return
         active = state.active_loc[tasks]
-        losses_of = (state.weight + 1) * ((active == np.array(there, dtype=np.int64)).sum(axis=1)
-                                          - (active == np.array(here, dtype=np.int64)).sum(axis=1))
+        losses_of = (_single_spreads(state.weight, active, np.array(there, dtype=np.int64))
+                     - _single_spreads(state.weight, active, np.array(here, dtype=np.int64)))
         state.spread_budget -= len(tasks)
         entries = list(zip(losses_of.tolist(), clients.tolist(), strict=True))
         self.filed.update(zip(tasks.tolist(), ([entry] for entry in entries), strict=True))
@@ -1409,21 +1418,21 @@ class _ZoneDeltas:
         self.base = pricing.non_overlap * anchored - pricing.traffic * self.rows[:, rack]
         self.active_loc = state.active_loc[self.tasks]
         self.single = state.single[self.tasks]
-        self.shared_here = (self.active_loc == np.array(location, dtype=np.int64)).sum(axis=1)
+        self.weight = state.weight
+        self.spread_here = _single_spreads(self.weight, self.active_loc, np.array(location, dtype=np.int64))
 
     def movable(self, state: _Standbys, dest: tuple, bound: int) -> list[tuple[int, int, int]]:
         """(delta, task, client) of the slots still held whose delta toward the ``dest`` zone is
         below ``bound`` and whose task's spread would not get worse there, in slot order (in
         ascending order when every task has one standby, so that the callers' sort is one pass).
 
-        A task with one standby in this zone shares ``shared_here`` location values with its
-        active; its spread is not worse at ``dest`` exactly when it shares no more there, so
+        A task with one standby spreads by its active's location alone (``_single_spread``), so
         those are judged for the whole zone at once; tasks with several standbys one by one.
         """
         dest_rack, dest_location = dest
         delta = self.pricing.traffic * self.rows[:, dest_rack] + self.base
-        shared_there = (self.active_loc == np.array(dest_location, dtype=np.int64)).sum(axis=1)
-        keep = np.flatnonzero((delta < bound) & (~self.single | (shared_there <= self.shared_here)))
+        spread_there = _single_spreads(self.weight, self.active_loc, np.array(dest_location, dtype=np.int64))
+        keep = np.flatnonzero((delta < bound) & (~self.single | (spread_there <= self.spread_here)))
         if self.single[keep].all():  # judged without side effects: in the order the callers sort them
             keep = keep[np.lexsort((self.clients[keep], self.tasks[keep], delta[keep]))]
         holders, single = state.holders, self.single[keep].tolist()
