@@ -151,13 +151,12 @@ class _Standbys:
         self.ready_on: list[set[int]] = [set() for _ in self.clients]
         self.restoring_at: dict[tuple[int, ...], set[int]] = {cls: set() for cls in self.classes}
         if self.ready is not None:
-            everywhere_but, ready_on, restoring = self.everywhere_but, self.ready_on, self.restoring
+            ready_on, restoring, ready_for = self.ready_on, self.restoring, self.ready_for
             for task, (holders, ready) in enumerate(zip(self.holders, self.ready, strict=True)):
                 for client in ready:
                     ready_on[client].add(task)
-                exceptions = everywhere_but.get(task)  # ``ready_for``, inlined (a loop over every standby)
                 for client in holders:
-                    if client not in ready if exceptions is None else client in exceptions:
+                    if not ready_for(task, client):
                         restoring[client].add(task)
                         self.restoring_at[self.loc[client]].add(client)
         # Per client c and holder h, the tasks caught up on c with a standby on h, and those of
@@ -194,26 +193,13 @@ class _Standbys:
         so a search reads a client's few holders instead of walking every task caught up there
         (5 clients x 20,000 tasks: thousands per search)."""
         if self.held_ready is None:
-            held_ready: list[dict[int, set[int]]] = [{} for _ in self.clients]
-            held_restoring: list[dict[int, set[int]]] = [{} for _ in self.clients]
+            self.held_ready = [{} for _ in self.clients]
+            self.held_restoring = [{} for _ in self.clients]
+            file_held = self._file_held
             for task, (holders, ready) in enumerate(zip(self.holders, self.ready, strict=True)):
-                if not ready:
-                    continue
-                for holder in holders:  # ``_file_held`` of every standby, inlined
-                    restoring = holder not in ready
-                    for client in ready:
-                        tasks = held_ready[client].get(holder)
-                        if tasks is None:
-                            held_ready[client][holder] = {task}
-                        else:
-                            tasks.add(task)
-                        if restoring:
-                            tasks = held_restoring[client].get(holder)
-                            if tasks is None:
-                                held_restoring[client][holder] = {task}
-                            else:
-                                tasks.add(task)
-            self.held_ready, self.held_restoring = held_ready, held_restoring
+                if ready:
+                    for holder in holders:
+                        file_held(task, holder, ready, True)
         return self.held_ready, self.held_restoring
 
     def _file_held(self, task: int, holder: int, ready: frozenset[int], add: bool) -> None:
@@ -508,7 +494,7 @@ def _find_refill(state: _Standbys, task: int, client: int, cls: tuple[int, ...])
         donors = (c for c in state.members[home] if c != client and len(on_client[c]) > floor[c])
         ready = state.ready_for if state.ready is not None else None
         owed = 0 if ready is None else (not ready(task, there)) - (not ready(task, client))
-        active, holders, ready_sets, everywhere_but = state.active, state.holders, state.ready, state.everywhere_but
+        active, holders = state.active, state.holders
         for donor in donors:
             for other in sorted(on_client[donor]):
                 looked += 1
@@ -516,15 +502,8 @@ def _find_refill(state: _Standbys, task: int, client: int, cls: tuple[int, ...])
                     break
                 if other == task or client == active[other] or client in holders[other]:  # ``may_take``
                     continue
-                if ready is not None:  # ``ready_for``, inlined: two per standby looked at
-                    exceptions = everywhere_but.get(other)
-                    if exceptions is None:
-                        restores_here = client not in ready_sets[other]
-                        restored = donor not in ready_sets[other]
-                    else:
-                        restores_here, restored = client in exceptions, donor in exceptions
-                    if owed + restores_here - restored > 0:
-                        continue
+                if ready is not None and owed + (not ready(other, client)) - (not ready(other, donor)) > 0:
+                    continue
                 state.spread_budget -= looked
                 return there, other, donor
             if looked > LOOKAHEAD:
@@ -900,17 +879,14 @@ def _pair_zones(state: _Standbys, pricing: _Pricing, movers: list, partners: lis
     """The pairing of one zone pair: (anything swapped, a mover gave up after LOOKAHEAD tries)."""
     changed = full = False
     first = 0
-    ready = None if ready_partners is None else state.ready  # ``restores_more`` inlined: readiness by sets alone
     for delta_t, task, client in movers:
         while first < len(partners) and used[first]:
             first += 1
         tried = 0
-        if ready is None:
+        if ready_partners is None:
             indices: Iterable[int] = range(first, len(partners))
         else:
             indices = ready_partners.allowed(task, client, first)
-            ready_task = ready[task]
-            restoring = client not in ready_task
         for index in indices:
             delta_u, other, other_client = partners[index]
             if delta_t + delta_u >= 0:
@@ -923,14 +899,8 @@ def _pair_zones(state: _Standbys, pricing: _Pricing, movers: list, partners: lis
             if other_client not in state.holders[other]:
                 used[index] = True
                 continue
-            if ready is None:
-                if state.restores_more(task, client, other, other_client):
-                    continue  # never a candidate: not counted against the lookahead
-            else:
-                ready_other = ready[other]
-                if ((other_client not in ready_task) + (client not in ready_other)
-                        > restoring + (other_client not in ready_other)):
-                    continue
+            if state.restores_more(task, client, other, other_client):
+                continue  # never a candidate: not counted against the lookahead
             tried += 1
             if _traffic_swap_ok(state, pricing, task, client, other, other_client):
                 state.swap(task, client, other, other_client)

@@ -1,5 +1,7 @@
 """Each rule of ``assignor.rack_standby`` that has a numpy twin agrees with its scalar form."""
 
+from types import SimpleNamespace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,3 +43,26 @@ def test_single_spread_is_the_general_spread_with_one_standby(weight, data):
     active, standby = data.draw(locations(rows=2))
     general = sum(weight * (s == a) + 2 - len({s, a}) for a, s in zip(active, standby, strict=True))
     assert rack_standby._single_spread(weight, active, standby) == general
+
+
+@SETTINGS
+@given(data=st.data())
+def test_not_ready_is_ready_for_negated(data):
+    """``_AnchorReturns._not_ready`` (numpy, every mover at once) reads readiness as ``ready_for``:
+    per task the clients caught up on it, or, where its whole changelog is within the lag, the
+    few that are not (``everywhere_but``)."""
+    clients = data.draw(st.integers(1, 6))
+    tasks = data.draw(st.integers(1, 6))
+    client_sets = st.frozensets(st.integers(0, clients - 1))
+    ready = [data.draw(client_sets) for _ in range(tasks)]
+    everywhere_but = {task: data.draw(client_sets) for task in data.draw(st.sets(st.integers(0, tasks - 1)))}
+    for task in everywhere_but:
+        ready[task] = frozenset()
+    state = SimpleNamespace(ready=ready, everywhere_but=everywhere_but, clients=range(clients), tasks=range(tasks))
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, tasks - 1), st.integers(0, clients - 1)), max_size=20))
+    returns = object.__new__(rack_standby._AnchorReturns)
+    returns.ready_keys = returns.inverted = None
+    task_array = np.array([t for t, _ in pairs], dtype=np.int64)
+    client_array = np.array([c for _, c in pairs], dtype=np.int64)
+    bulk = returns._not_ready(state, task_array, client_array)
+    assert bulk.tolist() == [int(not rack_standby._Standbys.ready_for(state, t, c)) for t, c in pairs]
