@@ -67,9 +67,32 @@ CHECK_LIMIT = 256  # partner checks of a zone pair's recheck beyond which it is 
 _NONE: frozenset[int] = frozenset()
 
 
+def _spread(weight: int, active: tuple[int, ...], standbys: list[tuple[int, ...]]) -> int:
+    """The spread of a task (KIP-925 C items 2-3, KIP-708): per location key, ``weight`` per
+    standby sharing the active's value and one per value that a further standby repeats."""
+    score = 0
+    for key, value in enumerate(active):
+        seen = [loc[key] for loc in standbys]
+        score += weight * seen.count(value) + len(seen) + 1 - len(set(seen) | {value})
+    return score
+
+
+def _spread_changes(weight: int, active: np.ndarray, kept: np.ndarray, staying: np.ndarray, left: np.ndarray,
+                    arriving: np.ndarray) -> np.ndarray:
+    """``_spread`` after - before, per task (rows), of one standby moving from location ``left``
+    to ``arriving`` while the others (``kept``, where ``staying``) stay: per key only the moved
+    standby's value changes, gaining ``weight`` where it meets the active's value and one where
+    it repeats a value still there. Rows of ``kept``/``staying`` broadcast as numpy does."""
+    def new(value: np.ndarray) -> np.ndarray:  # neither the active's nor a staying standby's
+        return (value != active) & ~((kept == value[:, None, :]) & staying[:, :, None]).any(axis=1)
+
+    return (weight * ((arriving == active).astype(np.int64) - (left == active))
+            + new(left).astype(np.int64) - new(arriving)).sum(axis=1)
+
+
 def _single_spread(weight: int, active: tuple[int, ...], standby: tuple[int, ...]) -> int:
-    """The spread of a task with one standby (most tasks): ``_Standbys.spread``'s sum with one
-    holder, ``weight`` + 1 per location key where the standby shares the active's value."""
+    """``_spread`` of a task with one standby (most tasks), the hot case: ``weight`` + 1 per
+    location key where the standby shares the active's value."""
     return (weight + 1) * sum(map(operator.eq, active, standby))
 
 
@@ -106,7 +129,6 @@ class _Standbys:
         self.moves_of: list[dict[tuple[int, tuple[int, ...]], int] | None] = [None] * len(self.tasks)
         self.better_memo: dict[tuple, list[tuple[int, tuple[int, ...]]]] = {}  # ``_better_locations``
         self.class_values = np.array(self.classes, dtype=np.int64).reshape(len(self.classes), -1)  # for ``moves``
-        self.value_counts = [len(v) for v in values]
         self.budget = SEARCH_BUDGET
         self.spread_budget = SPREAD_BUDGET * sum(map(len, self.holders))
         self.swapped: set[int] = set()
@@ -238,11 +260,7 @@ class _Standbys:
         memo_key = (active, *sorted(holder_locs))
         score = self.spread_memo.get(memo_key)
         if score is None:
-            score = 0
-            for key, value in enumerate(active):
-                seen = [loc[key] for loc in holder_locs]
-                score += self.weight * seen.count(value) + len(seen) + 1 - len(set(seen) | {value})
-            self.spread_memo[memo_key] = score
+            score = self.spread_memo[memo_key] = _spread(self.weight, active, holder_locs)
         return score
 
     def spread_now(self, task: int) -> int:
@@ -266,23 +284,14 @@ class _Standbys:
         key = (self.loc[self.active[task]], *locs)
         moves = self.moves_memo.get(key)
         if moves is None:
-            moves = {}
-            active, values = key[0], self.class_values
-            for position, here in enumerate(locs):
-                # Per key, only the moved standby's value changes: ``spread``'s sum gains weight
-                # where it meets the active's value and 1 where it repeats a value still there
-                # (the active's or another standby's), each location's change at once (numpy).
-                others = locs[:position] + locs[position + 1:]
-                gained = np.zeros(len(values), dtype=np.int64)
-                lost = 0
-                for k, value in enumerate(active):
-                    present = {value, *(other[k] for other in others)}
-                    by_value = np.full(self.value_counts[k], -1, dtype=np.int64)
-                    by_value[list(present)] = 0
-                    by_value[value] = self.weight
-                    gained += by_value[values[:, k]]
-                    lost += int(by_value[here[k]])
-                moves.update(zip([(position, there) for there in self.classes], (gained - lost).tolist(), strict=True))
+            # every standby to every location at once, by standby then location
+            kept = np.array(locs, dtype=np.int64)
+            mover = np.repeat(np.arange(len(locs)), len(self.classes))
+            change = _spread_changes(self.weight, np.array([key[0]], dtype=np.int64), kept[None],
+                                     mover[:, None] != np.arange(len(locs)), kept[mover],
+                                     np.tile(self.class_values, (len(locs), 1)))
+            moves = dict(zip([(position, there) for position in range(len(locs)) for there in self.classes],
+                             change.tolist(), strict=True))
             self.moves_memo[key] = moves
             # locations x keys of work each: with many tag keys every client is a location of
             # its own, and these tables (and the losses they give) were the unbounded part
@@ -1271,19 +1280,10 @@ class _AnchorReturns:
 
     def _spread_change(self, state: _Standbys, tasks: np.ndarray, leaving: np.ndarray, arriving: np.ndarray) -> np.ndarray:
         """``_Standbys.spread_if`` - ``spread_now`` of each task's standby on ``leaving`` moving to
-        ``arriving`` (as its standbys were at the start of the search): per key, ``weight`` per
-        standby sharing the active's value, and one per value that a further standby repeats."""
-        active = state.active_loc[tasks]
-        left, arrives = self.loc[leaving], self.loc[arriving]
+        ``arriving``, as its standbys were at the start of the search."""
         holders = self.holders[tasks]
-        staying = ((holders >= 0) & (holders != leaving[:, None]))[:, :, None]
-        kept = self.loc[holders]
-
-        def new(value: np.ndarray) -> np.ndarray:  # neither the active's nor a staying standby's
-            return (value != active) & ~((kept == value[:, None, :]) & staying).any(axis=1)
-
-        return (state.weight * ((arrives == active).astype(np.int64) - (left == active))
-                + new(left).astype(np.int64) - new(arrives)).sum(axis=1)
+        return _spread_changes(state.weight, state.active_loc[tasks], self.loc[holders],
+                               (holders >= 0) & (holders != leaving[:, None]), self.loc[leaving], self.loc[arriving])
 
     def _not_ready(self, state: _Standbys, tasks: np.ndarray, clients: np.ndarray) -> np.ndarray:
         """1 where a client is not caught up on a task (``ready_for``), else 0; all 0 without readiness."""

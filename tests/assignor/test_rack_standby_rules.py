@@ -37,12 +37,41 @@ def test_single_spreads_is_single_spread_of_each_task(weight, data):
 
 @SETTINGS
 @given(weight=st.integers(1, 6), data=st.data())
-def test_single_spread_is_the_general_spread_with_one_standby(weight, data):
-    """Per key, ``weight`` per standby sharing the active's value and one per repeated value:
-    with one standby, ``weight`` + 1 exactly where it shares the active's value."""
+def test_single_spread_is_the_spread_of_one_standby(weight, data):
     active, standby = data.draw(locations(rows=2))
-    general = sum(weight * (s == a) + 2 - len({s, a}) for a, s in zip(active, standby, strict=True))
-    assert rack_standby._single_spread(weight, active, standby) == general
+    assert rack_standby._single_spread(weight, active, standby) == rack_standby._spread(weight, active, [standby])
+
+
+@SETTINGS
+@given(weight=st.integers(1, 6), data=st.data())
+def test_spread_changes_are_spread_after_less_before(weight, data):
+    """``_spread_changes`` (numpy, as ``_Standbys.moves`` and ``_AnchorReturns`` read it) of one
+    standby moving, per task, is ``_spread`` after less before; padded slots (not ``staying``)
+    are ignored."""
+    keys = data.draw(st.integers(1, 4))
+    loc = st.lists(st.integers(0, 2), min_size=keys, max_size=keys).map(tuple)
+    width = data.draw(st.integers(1, 4))
+    rows = data.draw(st.lists(st.tuples(loc, st.lists(loc, min_size=1, max_size=width), st.data()), max_size=6))
+    active, kept, staying, left, arriving, expected = [], [], [], [], [], []
+    for at, standbys, draw in rows:
+        mover = draw.draw(st.integers(0, len(standbys) - 1))
+        there = draw.draw(loc)
+        padding = [draw.draw(loc) for _ in range(width - len(standbys))]
+        active.append(at)
+        kept.append(standbys + padding)
+        staying.append([k != mover for k in range(len(standbys))] + [False] * len(padding))
+        left.append(standbys[mover])
+        arriving.append(there)
+        after = [there if k == mover else s for k, s in enumerate(standbys)]
+        expected.append(rack_standby._spread(weight, at, after) - rack_standby._spread(weight, at, standbys))
+
+    def array(values, *shape):
+        return np.array(values, dtype=np.int64).reshape(len(rows), *shape)
+
+    changes = rack_standby._spread_changes(weight, array(active, keys), array(kept, width, keys),
+                                           np.array(staying, dtype=bool).reshape(len(rows), width),
+                                           array(left, keys), array(arriving, keys))
+    assert changes.tolist() == expected
 
 
 @SETTINGS
