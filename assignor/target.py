@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache, partial
 from itertools import chain, compress
-from operator import attrgetter, itemgetter, ne, not_, or_
+from operator import attrgetter, not_
 
 import numpy as np
 
@@ -741,7 +741,7 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[Task
              or {c: held[c] - windows[c].floor for c in group.clients if held[c] > windows[c].floor})
     sparing = spare.keys()
     if not spare:  # every client at or below its new floor: no move is free of a chain
-        return set(map(itemgetter(0), owned)), set(), spare
+        return {task for task, *_ in owned}, set(), spare
     prone, staying = set(), set()
     for task, owner, holders, task_ranks, rank_absent in owned:
         if len(holders) > per_task:
@@ -859,21 +859,8 @@ def _active_ways(group: Group, ranking: Ranking, costs: CostModel,
                 hub_only[key, hub_cost].append(task)
                 continue
             chain = STANDBY_CHAIN if task in prone else 0
-            if lag_aware:
-                # ``CostModel.special_arcs`` over the holders, then the owner, inlined (a hot loop):
-                # a tier but at the rank priced as caught up, MOVE and the chain but on the owner
-                move = MOVE + chain
-                free = best[task]
-                if free >= rank_absent:
-                    free = 0
-                special = {}
-                for client, rank in holders.items():
-                    special[client] = (0 if rank == free else _TIER_BY_RESIDUE[rank & 3]) + (0 if client == owner else move)
-                if owner is not None and owner not in special:
-                    special[owner] = 0 if rank_absent == free else _TIER_BY_RESIDUE[rank_absent & 3]
-            else:
-                special = special_arcs(holders, rank_absent, best[task], holders if owner is None or owner in holders
-                                       else [*holders, owner], (owner,), chain)
+            special = special_arcs(holders, rank_absent, best[task], holders if owner is None or owner in holders
+                                   else [*holders, owner], (owner,), chain)
             hub_cost += chain
             if task in staying:  # caught up there (``chain_prone``), so among ``special``
                 special[owner] += STANDBY_CHAIN
@@ -929,13 +916,11 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
                             lambda key: stateful_array if key[1] else stateless_array,
                             own_arcs, layer_when_small=True, receiving=receiving)
-    way_tasks, way_keys, way_costs, way_specials, way_owners = _columns(ways)
-    classes = _TaskClasses(units=1, uniform=_tasks_alike(zip(way_keys, way_owners, strict=True)))
+    classes = _TaskClasses(units=1, uniform=_tasks_alike((key, owner) for _, key, _, _, owner in ways))
     hub = hubs.hub
     for (key, hub_cost), tasks in hub_only.items():
         classes.hub_only[key, hub[key], hub_cost].extend(tasks)
-    classes.add(zip(way_tasks, way_keys, map(hub.__getitem__, way_keys), way_costs, way_specials, way_owners,
-                    strict=True))
+    classes.add((task, key, hub[key], hub_cost, special, owner) for task, key, hub_cost, special, owner in ways)
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
@@ -1179,12 +1164,6 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
 
 
-def _columns(ways: Sequence[tuple]) -> tuple[tuple, ...]:
-    """A flow's ways (``_Ways``, ``_StandbyWays``) by columns, empty ones when there are none: zips
-    and maps over columns make ``_TaskClasses.add``'s rows in C, not in a generator (a hot loop)."""
-    return tuple(zip(*ways, strict=True)) or ((),) * 5
-
-
 def _tasks_alike(pairs: Iterable[tuple]) -> bool:
     """Whether a capped flow's uniform classes pay: UNIFORM_CLASS_MIN tasks or more per
     (subtopology key, previous owner) on average, so that tasks of one owner whose further
@@ -1307,24 +1286,18 @@ class _TaskClasses:
         arcs: list[int] = []  # tail, head, capacity, price of each arc, flat
         add = arcs.extend
         nodes: list[int] = []
-        hub_node, new_node = hubs.node, graph.node
+        hub_node = hubs.node
         anchored = False
         for members in self._classes.values():
-            node = new_node()
+            node = graph.node()
             nodes.append(node)
             size = len(members.tasks)
             members.start = len(arcs) // 4
-            key, extras, anchor = members.key, members.extras, members.anchor
-            if anchor is not None:
+            add((node, members.entry, units * size, members.hub_cost))
+            key, extras = members.key, members.extras
+            if members.anchor is not None:
                 anchored = True
-                add((node, members.entry, units * size, members.hub_cost,
-                     node, hub_node(key, anchor), size, members.anchor_cost))
-            else:
-                add((node, members.entry, units * size, members.hub_cost))
-            if len(extras) == 3:  # one further special client (most classes of a settled group): one run
-                members.runs = _ONE_RUN
-                add((node, hub_node(key, extras[0]), 1, extras[1]))
-                continue
+                add((node, hub_node(key, members.anchor), size, members.anchor_cost))
             if members.apart and not members.uniform:  # a class alone: ``add`` sorted its clients, each a run
                 members.runs = [(start, start + 3) for start in range(0, len(extras), 3)]
                 for start in range(0, len(extras), 3):
@@ -1332,7 +1305,8 @@ class _TaskClasses:
                 continue
             if len(extras) > 6:  # sorted by (client, price, task), so that one arc carries a run of one
                 # client and price (two extras are a run or not already)
-                extras[:] = chain.from_iterable(sorted(zip(extras[::3], extras[1::3], extras[2::3], strict=True)))
+                extras[:] = [field for triple in sorted(zip(extras[::3], extras[1::3], extras[2::3], strict=True))
+                             for field in triple]
             members.runs = _runs(extras)
             for start, stop in members.runs:
                 add((node, hub_node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
@@ -1357,13 +1331,11 @@ class _TaskClasses:
         the acceptable lag, made a scale-in's merged flow fail to decode and be solved twice."""
         dearest: dict[tuple, int] = {}  # per (key, client): the dearest hub price landing there
         free: set[tuple] = set()  # the (key, client) pairs some free further arc lands on
-        shared = []  # the anchored classes without a free arc of their own, in class order: (start, price, pair)
+        shared = []  # the anchored classes without a free arc of their own, in class order
         for members in self._classes.values():
             key, price, extras, anchor = members.key, members.hub_cost, members.extras, members.anchor
-            if anchor is not None:
-                pair = (key, anchor)
-                if dearest.get(pair, -1) < price:
-                    dearest[pair] = price
+            if anchor is not None and dearest.get((key, anchor), -1) < price:
+                dearest[key, anchor] = price
             paid = True
             for index in range(0, len(extras), 3):
                 client = extras[index]
@@ -1373,9 +1345,10 @@ class _TaskClasses:
                     free.add((key, client))
                     paid = False
             if paid and anchor is not None and not members.apart:
-                shared.append((members.start, price, pair))
+                shared.append(members)
         first = self._arcs.start + 1  # a class's anchor arc follows its hub arc
-        return [first + start for start, price, pair in shared if price >= dearest[pair] and pair not in free]
+        return [first + members.start for members in shared
+                if members.hub_cost >= dearest[members.key, members.anchor] and (members.key, members.anchor) not in free]
 
     def staying(self, stays: Callable[[TaskId, str], bool]) -> tuple[list[int], list[int]]:
         """The flow where every task stays on the clients ``stays`` names, on the class arcs:
@@ -1431,19 +1404,6 @@ class _TaskClasses:
             if members.anchor is not None:
                 anchor_units = flows[arc]
                 arc += 1
-            if units == 1 and len(extras) == 3 and len(members.tasks) == 1:
-                # one task, one further special client (most classes of a settled group): its one
-                # unit takes that client's arc, else the anchor's, else the hub
-                task = members.tasks[0]
-                if flows[arc]:
-                    pick_tasks.append(task)
-                    pick_clients.append(extras[0])
-                elif anchor_units:
-                    pick_tasks.append(task)
-                    pick_clients.append(members.anchor)
-                else:
-                    hub_tasks[members.key].append(task)
-                continue
             if members.apart and not members.uniform:  # a class alone: a unit per run at most, one task
                 task = members.tasks[0]
                 left = units
@@ -1724,18 +1684,18 @@ class _CapKeeper:
         return tasks
 
 
-_ONE_RUN = ((0, 3),)  # the runs of a class with one extra (client, price, task)
-
-
 def _runs(extras: list) -> Sequence[tuple[int, int]]:
     """[start, stop) of each run of one (client, price) in a flat (client, price, task) list."""
     if len(extras) <= 3:
-        return _ONE_RUN if extras else ()
-    clients, prices = extras[::3], extras[1::3]
-    # a run starts where the client or the price changes (maps and compress iterate in C: a hot loop)
-    changes = map(or_, map(ne, clients[1:], clients), map(ne, prices[1:], prices))
-    starts = [0, *compress(range(3, len(extras), 3), changes)]
-    return list(zip(starts, [*starts[1:], len(extras)], strict=True))
+        return ((0, 3),) if extras else ()
+    runs = []
+    start = 0
+    for index in range(3, len(extras), 3):
+        if extras[index] != extras[start] or extras[index + 1] != extras[start + 1]:
+            runs.append((start, index))
+            start = index
+    runs.append((start, len(extras)))
+    return runs
 
 
 class _Class:
@@ -1921,13 +1881,12 @@ class _StandbyFlow:
         which its standbys reach clients without its state."""
         classes, actives, ranking, costs = self.classes, self.actives, self.ranking, self.costs
         hub_only, ways = self.ways
-        way_tasks, way_keys, way_costs, way_specials, way_owners = _columns(ways)
-        classes.uniform = _tasks_alike(zip(way_keys, way_owners, strict=True))
+        classes.uniform = _tasks_alike((key, owner) for _, key, _, _, owner in ways)
         for task in hub_only:
             key = task.subtopology
             classes.hub_only[key, entry(key, actives[task]), costs.no_state_arc(ranking, task)].append(task)
-        classes.add(zip(way_tasks, way_keys, map(entry, way_keys, map(actives.__getitem__, way_tasks)), way_costs,
-                        way_specials, way_owners, strict=True))
+        classes.add((task, key, entry(key, actives[task]), hub_cost, special, owner)
+                    for task, key, hub_cost, special, owner in ways)
 
     def solve(self) -> None:
         self.classes.build(self.graph, self.hubs)
