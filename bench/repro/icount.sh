@@ -10,7 +10,7 @@ ROOT=$1; FILE=$2
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PYTHON="${PYTHON:-$HERE/../../.venv/bin/python}"
 count() {
-  PYTHONHASHSEED=0 PYTHONPATH="$ROOT" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$PYTHON" -c "
+  PYTHONHASHSEED=0 PYTHONPATH="$ROOT" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$PYTHON" -P -c "
 import json, sys
 import assignor
 from assignor import assign
