@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache, partial
 from itertools import chain, compress
-from operator import attrgetter, not_
+from operator import attrgetter, itemgetter, ne, not_, or_
 
 import numpy as np
 
@@ -741,7 +741,7 @@ def chain_prone(group: Group, ranking: Ranking, per_task: int) -> tuple[set[Task
              or {c: held[c] - windows[c].floor for c in group.clients if held[c] > windows[c].floor})
     sparing = spare.keys()
     if not spare:  # every client at or below its new floor: no move is free of a chain
-        return {task for task, *_ in owned}, set(), spare
+        return set(map(itemgetter(0), owned)), set(), spare
     prone, staying = set(), set()
     for task, owner, holders, task_ranks, rank_absent in owned:
         if len(holders) > per_task:
@@ -916,11 +916,13 @@ def _capped_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways], o
     hubs = _SubtopologyHubs(graph, counts, clients, group.threads,
                             lambda key: stateful_array if key[1] else stateless_array,
                             own_arcs, layer_when_small=True, receiving=receiving)
-    classes = _TaskClasses(units=1, uniform=_tasks_alike((key, owner) for _, key, _, _, owner in ways))
+    way_tasks, way_keys, way_costs, way_specials, way_owners = _columns(ways)
+    classes = _TaskClasses(units=1, uniform=_tasks_alike(zip(way_keys, way_owners, strict=True)))
     hub = hubs.hub
     for (key, hub_cost), tasks in hub_only.items():
         classes.hub_only[key, hub[key], hub_cost].extend(tasks)
-    classes.add((task, key, hub[key], hub_cost, special, owner) for task, key, hub_cost, special, owner in ways)
+    classes.add(zip(way_tasks, way_keys, map(hub.__getitem__, way_keys), way_costs, way_specials, way_owners,
+                    strict=True))
     classes.build(graph, hubs)
     hubs.close()
     graph.supply(sink, -len(group.specs))
@@ -1164,6 +1166,12 @@ def _relaxed_active_target(group: Group, hub_only: _HubOnly, ways: list[_Ways]) 
     return _place_within_caps(group, graph, classes, hub_arcs, keeper, pairs.paid(graph))
 
 
+def _columns(ways: Sequence[tuple]) -> tuple[tuple, ...]:
+    """A flow's ways (``_Ways``, ``_StandbyWays``) by columns, empty ones when there are none: zips
+    and maps over columns make ``_TaskClasses.add``'s rows in C, not in a generator (a hot loop)."""
+    return tuple(zip(*ways, strict=True)) or ((),) * 5
+
+
 def _tasks_alike(pairs: Iterable[tuple]) -> bool:
     """Whether a capped flow's uniform classes pay: UNIFORM_CLASS_MIN tasks or more per
     (subtopology key, previous owner) on average, so that tasks of one owner whose further
@@ -1286,18 +1294,24 @@ class _TaskClasses:
         arcs: list[int] = []  # tail, head, capacity, price of each arc, flat
         add = arcs.extend
         nodes: list[int] = []
-        hub_node = hubs.node
+        hub_node, new_node = hubs.node, graph.node
         anchored = False
         for members in self._classes.values():
-            node = graph.node()
+            node = new_node()
             nodes.append(node)
             size = len(members.tasks)
             members.start = len(arcs) // 4
-            add((node, members.entry, units * size, members.hub_cost))
-            key, extras = members.key, members.extras
-            if members.anchor is not None:
+            key, extras, anchor = members.key, members.extras, members.anchor
+            if anchor is not None:
                 anchored = True
-                add((node, hub_node(key, members.anchor), size, members.anchor_cost))
+                add((node, members.entry, units * size, members.hub_cost,
+                     node, hub_node(key, anchor), size, members.anchor_cost))
+            else:
+                add((node, members.entry, units * size, members.hub_cost))
+            if len(extras) == 3:  # one further special client (most classes of a settled group): one run
+                members.runs = _ONE_RUN
+                add((node, hub_node(key, extras[0]), 1, extras[1]))
+                continue
             if members.apart and not members.uniform:  # a class alone: ``add`` sorted its clients, each a run
                 members.runs = [(start, start + 3) for start in range(0, len(extras), 3)]
                 for start in range(0, len(extras), 3):
@@ -1305,8 +1319,7 @@ class _TaskClasses:
                 continue
             if len(extras) > 6:  # sorted by (client, price, task), so that one arc carries a run of one
                 # client and price (two extras are a run or not already)
-                extras[:] = [field for triple in sorted(zip(extras[::3], extras[1::3], extras[2::3], strict=True))
-                             for field in triple]
+                extras[:] = chain.from_iterable(sorted(zip(extras[::3], extras[1::3], extras[2::3], strict=True)))
             members.runs = _runs(extras)
             for start, stop in members.runs:
                 add((node, hub_node(key, extras[start]), (stop - start) // 3, extras[start + 1]))
@@ -1331,11 +1344,13 @@ class _TaskClasses:
         the acceptable lag, made a scale-in's merged flow fail to decode and be solved twice."""
         dearest: dict[tuple, int] = {}  # per (key, client): the dearest hub price landing there
         free: set[tuple] = set()  # the (key, client) pairs some free further arc lands on
-        shared = []  # the anchored classes without a free arc of their own, in class order
+        shared = []  # the anchored classes without a free arc of their own, in class order: (start, price, pair)
         for members in self._classes.values():
             key, price, extras, anchor = members.key, members.hub_cost, members.extras, members.anchor
-            if anchor is not None and dearest.get((key, anchor), -1) < price:
-                dearest[key, anchor] = price
+            if anchor is not None:
+                pair = (key, anchor)
+                if dearest.get(pair, -1) < price:
+                    dearest[pair] = price
             paid = True
             for index in range(0, len(extras), 3):
                 client = extras[index]
@@ -1345,10 +1360,9 @@ class _TaskClasses:
                     free.add((key, client))
                     paid = False
             if paid and anchor is not None and not members.apart:
-                shared.append(members)
+                shared.append((members.start, price, pair))
         first = self._arcs.start + 1  # a class's anchor arc follows its hub arc
-        return [first + members.start for members in shared
-                if members.hub_cost >= dearest[members.key, members.anchor] and (members.key, members.anchor) not in free]
+        return [first + start for start, price, pair in shared if price >= dearest[pair] and pair not in free]
 
     def staying(self, stays: Callable[[TaskId, str], bool]) -> tuple[list[int], list[int]]:
         """The flow where every task stays on the clients ``stays`` names, on the class arcs:
@@ -1404,6 +1418,19 @@ class _TaskClasses:
             if members.anchor is not None:
                 anchor_units = flows[arc]
                 arc += 1
+            if units == 1 and len(extras) == 3 and len(members.tasks) == 1:
+                # one task, one further special client (most classes of a settled group): its one
+                # unit takes that client's arc, else the anchor's, else the hub
+                task = members.tasks[0]
+                if flows[arc]:
+                    pick_tasks.append(task)
+                    pick_clients.append(extras[0])
+                elif anchor_units:
+                    pick_tasks.append(task)
+                    pick_clients.append(members.anchor)
+                else:
+                    hub_tasks[members.key].append(task)
+                continue
             if members.apart and not members.uniform:  # a class alone: a unit per run at most, one task
                 task = members.tasks[0]
                 left = units
@@ -1684,18 +1711,18 @@ class _CapKeeper:
         return tasks
 
 
+_ONE_RUN = ((0, 3),)  # the runs of a class with one extra (client, price, task)
+
+
 def _runs(extras: list) -> Sequence[tuple[int, int]]:
     """[start, stop) of each run of one (client, price) in a flat (client, price, task) list."""
     if len(extras) <= 3:
-        return ((0, 3),) if extras else ()
-    runs = []
-    start = 0
-    for index in range(3, len(extras), 3):
-        if extras[index] != extras[start] or extras[index + 1] != extras[start + 1]:
-            runs.append((start, index))
-            start = index
-    runs.append((start, len(extras)))
-    return runs
+        return _ONE_RUN if extras else ()
+    clients, prices = extras[::3], extras[1::3]
+    # a run starts where the client or the price changes (maps and compress iterate in C: a hot loop)
+    changes = map(or_, map(ne, clients[1:], clients), map(ne, prices[1:], prices))
+    starts = [0, *compress(range(3, len(extras), 3), changes)]
+    return list(zip(starts, [*starts[1:], len(extras)], strict=True))
 
 
 class _Class:
@@ -1881,12 +1908,13 @@ class _StandbyFlow:
         which its standbys reach clients without its state."""
         classes, actives, ranking, costs = self.classes, self.actives, self.ranking, self.costs
         hub_only, ways = self.ways
-        classes.uniform = _tasks_alike((key, owner) for _, key, _, _, owner in ways)
+        way_tasks, way_keys, way_costs, way_specials, way_owners = _columns(ways)
+        classes.uniform = _tasks_alike(zip(way_keys, way_owners, strict=True))
         for task in hub_only:
             key = task.subtopology
             classes.hub_only[key, entry(key, actives[task]), costs.no_state_arc(ranking, task)].append(task)
-        classes.add((task, key, entry(key, actives[task]), hub_cost, special, owner)
-                    for task, key, hub_cost, special, owner in ways)
+        classes.add(zip(way_tasks, way_keys, map(entry, way_keys, map(actives.__getitem__, way_tasks)), way_costs,
+                        way_specials, way_owners, strict=True))
 
     def solve(self) -> None:
         self.classes.build(self.graph, self.hubs)
