@@ -15,7 +15,8 @@ from types import MappingProxyType
 from assignor.lag import NO_STATE, UNBOUNDED_OFFSETS, whole_changelog_acceptable
 from assignor.model import ClientState, TaskId, TaskSpec
 
-__all__ = ["UNBOUNDED_OFFSETS", "Ranking", "Tier", "rank_clients", "tier_of", "whole_changelog_acceptable"]
+__all__ = ["TIER_BY_RESIDUE", "UNBOUNDED_OFFSETS", "Ranking", "Tier", "rank_clients", "tier_of",
+           "whole_changelog_acceptable"]
 
 
 _NO_REPORTS: Mapping[str, int] = MappingProxyType({})
@@ -31,11 +32,11 @@ class Tier:
 
 
 # The tier of a non-zero rank by its residue mod 4 (``Lag.rank``: 4L, 4C+1, 4C+2)
-_TIER_BY_RESIDUE = (Tier.LAGGING, Tier.UNKNOWN, Tier.NO_STATE)
+TIER_BY_RESIDUE = (Tier.LAGGING, Tier.UNKNOWN, Tier.NO_STATE)
 
 
 def tier_of(rank: int) -> int:
-    return _TIER_BY_RESIDUE[rank % 4] if rank else Tier.CAUGHT_UP
+    return TIER_BY_RESIDUE[rank % 4] if rank else Tier.CAUGHT_UP
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ from assignor.flow import (
     split_least_excess,
 )
 from assignor.model import ClientState, TaskId, TaskSpec
-from assignor.ranking import Ranking, Tier, tier_of
+from assignor.ranking import TIER_BY_RESIDUE, Ranking, Tier, tier_of
 
 # Cost weights, one order of magnitude (at least) per priority level above.
 # A floor reward only has to beat the cost of the few task moves that fill the floor; a tier
@@ -70,8 +70,8 @@ MOVE = 10
 # Every weight above the ties (floors, ceilings, tiers) is a multiple of 10**6, the ties (MOVE
 # and below, a few per arc) far below: ``FlowGraph`` solves first with that unit priced 10**3.
 PRIORITIES = ((10**6, 10**3),)
-# TIER_COST of a non-zero rank by its residue mod 4 (ranking.tier_of): lagging, unknown, no state
-_TIER_BY_RESIDUE = (TIER_COST[Tier.LAGGING], TIER_COST[Tier.UNKNOWN], TIER_COST[Tier.NO_STATE], None)
+# TIER_COST of a non-zero rank by its residue mod 4 (``ranking.TIER_BY_RESIDUE``; no rank has residue 3)
+_COST_BY_RESIDUE = (*map(TIER_COST.__getitem__, TIER_BY_RESIDUE), None)
 SUBTOPOLOGY_EXCESS = 1
 # Without lag awareness (the sticky assignor), what a client without a task's state costs more
 # than one with some, whatever its lag: a moved or orphaned active goes to a previous standby
@@ -202,7 +202,7 @@ class CostModel:
         prices = {}
         for client in clients:
             rank = ranks.get(client, absent)
-            prices[client] = (_TIER_BY_RESIDUE[rank & 3] if rank != free else 0) + (0 if client in sticky else move)
+            prices[client] = (_COST_BY_RESIDUE[rank & 3] if rank != free else 0) + (0 if client in sticky else move)
         return prices
 
 
