@@ -46,6 +46,7 @@ from prometheus_client.exposition import choose_encoder
 from assignor.lag import Lag, LagKind
 from assignor.model import TaskId
 from server.auth import ANONYMOUS, AuthError, Gate, Operation, Principal, Unauthenticated, bearer_token
+from server.group import GroupState
 from server.web.history import PageHistory, RebalanceSummary
 
 log = structlog.get_logger(__name__)
@@ -108,6 +109,19 @@ def _until(now_ms: int, at_ms: int | None) -> str:
         return "none scheduled"
     seconds = (at_ms - now_ms) / 1000
     return "due now" if seconds <= 0 else (f"in {seconds:.0f} s" if seconds < 120 else f"in {seconds / 60:.1f} min")
+
+
+_REBALANCING = frozenset({GroupState.PREPARING_REBALANCE.value, GroupState.COMPLETING_REBALANCE.value})
+
+
+def _probe_reason(state: str, reason: str) -> str:
+    """Why the next probing rebalance is due, or why none is: one wording for both pages. While
+    a rebalance runs, the next probe is only decided once its assignment is out."""
+    if reason:
+        return reason
+    if state in _REBALANCING:
+        return "rebalancing now: decided once the new assignment is out"
+    return "no probing rebalance is needed"
 
 
 def _clock(ms: int) -> str:
@@ -260,7 +274,8 @@ class LivePage:
             rows.append({
                 "group_id": view.group_id, "state": view.state, "generation": view.generation,
                 "members": len(view.members), "warmups": sum(len(m.warmup) for m in view.members),
-                "next_probe": _until(now, view.next_probe_ms), "next_probe_reason": view.next_probe_reason or "",
+                "next_probe": _until(now, view.next_probe_ms),
+                "next_probe_reason": _probe_reason(view.state, view.next_probe_reason),
             })
         return _html("groups.html", refresh_s=REFRESH_S, title="remote-leader: groups", groups=rows, now=_clock(now))
 
@@ -363,7 +378,7 @@ def group_context(view: Any, warmup_lines: dict[str, list[tuple[int, int]]], reb
             "group_id": view.group_id, "state": view.state, "generation": view.generation,
             "last_rebalance": _ago(now_ms, view.last_rebalance_ms), "last_trigger": view.last_rebalance_trigger or "–",
             "next_probe": _until(now_ms, view.next_probe_ms), "next_probe_at": _clock(view.next_probe_ms or 0),
-            "next_probe_reason": view.next_probe_reason or "no probing rebalance is needed",
+            "next_probe_reason": _probe_reason(view.state, view.next_probe_reason),
             "acceptable_recovery_lag": f"{acceptable:,}" if acceptable is not None else "–",
             "warmups": sum(len(m.warmup) for m in members),
             "error": view.assignment_error.name if view.assignment_error else "",

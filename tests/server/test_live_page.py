@@ -25,7 +25,14 @@ from remote_leader.pki import DevCa
 from remote_leader.tls import ClientTls
 from server.app import LeaderServer, Settings
 from server.model import GroupView, MemberView
-from server.web.app import PICTURE_CELLS, _is_loopback, _templates, group_context, read_log_tail
+from server.web.app import (
+    PICTURE_CELLS,
+    _is_loopback,
+    _probe_reason,
+    _templates,
+    group_context,
+    read_log_tail,
+)
 from server.web.history import PageHistory, summarize
 
 FAST = {"listen": "127.0.0.1:0", "initial_rebalance_delay_ms": 100, "min_session_timeout_ms": 500,
@@ -327,3 +334,25 @@ def test_a_group_too_large_for_the_picture_gets_counts_and_its_warmups():
     assert 'id="picture-omitted"' in page and 'id="assignment"' not in page
     assert 'data-task="0_7" data-member="w2"' in page
     assert len(page) < 20_000
+
+
+@pytest.mark.parametrize(("state", "reason", "shown"), [
+    ("Stable", "", "no probing rebalance is needed"),
+    ("Empty", "", "no probing rebalance is needed"),
+    ("PreparingRebalance", "", "rebalancing now: decided once the new assignment is out"),
+    ("CompletingRebalance", "", "rebalancing now: decided once the new assignment is out"),
+    ("Stable", "probing_rebalance", "probing_rebalance"),
+])
+def test_both_pages_say_why_no_probe_is_scheduled_in_the_same_words(state, reason, shown):
+    """Seen by an operator mid-rebalance: the groups list showed warm-ups in flight, no probe
+    scheduled and an empty "why", while the group's page said no probe was needed. Both read
+    one rule now, and a group that is rebalancing says so."""
+    view = GroupView(group_id="orders-app", state=state, generation=3, commonly_supported_version=1,
+                     members=(), topology=TOPOLOGY, config=AssignmentConfig(), next_probe_ms=None,
+                     next_probe_reason=reason, reasons=(), last_rebalance_ms=0, last_rebalance_trigger="",
+                     assignment_error=AssignorError.NONE)
+    assert group_context(view, {}, [], now_ms=1_000)["group"]["next_probe_reason"] == shown
+    row = {"group_id": "orders-app", "state": state, "generation": 3, "members": 0, "warmups": 0,
+           "next_probe": "none scheduled", "next_probe_reason": _probe_reason(state, reason)}
+    page = _templates.get_template("groups.html").render(groups=[row], refresh_s=2, title="t", now="")
+    assert f"<td>none scheduled</td><td>{html.escape(shown)}</td>" in page
