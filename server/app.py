@@ -110,6 +110,7 @@ class Settings:
     max_replicas_per_assign: int = _DEFAULT_LIMITS.max_replicas_per_assign
     max_concurrent_assigns: int = _DEFAULT_LIMITS.max_concurrent_assigns
     max_rebalance_timeout_ms: int = _DEFAULT_LIMITS.max_rebalance_timeout_ms
+    max_client_tags: int = _DEFAULT_LIMITS.max_client_tags
 
     def limits(self) -> Limits:
         return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})

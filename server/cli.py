@@ -60,7 +60,7 @@ _SETTINGS: list[tuple[str, str, str, type]] = [
             "max_tasks_per_group", "max_store_partitions_per_group", "max_host_map_bytes", "max_members_per_group", "max_groups",
             "max_groups_per_principal",
             "max_tasks_per_assign", "max_clients_per_assign", "max_replicas_per_group", "max_replicas_per_assign",
-            "max_concurrent_assigns", "max_rebalance_timeout_ms",
+            "max_concurrent_assigns", "max_rebalance_timeout_ms", "max_client_tags",
         )
     ),
     ("--store", "store", "REMOTE_LEADER_STORE", str),
@@ -132,6 +132,8 @@ _HELP: dict[str, str] = {
                                 "rebalances); one more is refused with RESOURCE_EXHAUSTED, a cancelled one counts "
                                 "until its work ends",
     "--max-rebalance-timeout-ms": "largest rebalance_timeout_ms a member may ask for, ms",
+    "--max-client-tags": "client tags of one member or Assign client, and keys of a config's "
+                         "rack_aware_assignment_tags (KIP-708; Kafka Streams allows 5)",
     "--empty-group-retention-ms": "remove a group that has had no members this long, ms; 0 keeps them",
 }
 _METAVARS = {"--log-level": "{" + ",".join(LOG_LEVELS) + "}", "--log-format": "{json,console}",

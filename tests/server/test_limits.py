@@ -271,6 +271,45 @@ async def test_assign_sizes_are_bounded(tmp_path):
         assert sum(len(c.active) for c in answer.result.clients) == 10
 
 
+async def test_client_tags_and_assignment_tag_keys_are_bounded_in_number(tmp_path):
+    """An audit's find: tags were bounded in length only, so six joins of 120,000 tags each (14
+    MB, within the message limit) grew the server by 0.44 GB, and 2,000 tag keys per member made
+    one rebalance's standby search take minutes. At the limit a member joins; one more tag, in
+    a subscription, a config or an Assign client, is refused naming the field and the flag."""
+    async with running_server(tmp_path, max_client_tags=3) as s:
+        request = s.worker().join_request()
+        for k in range(4):
+            request.subscription.client_tags[f"key{k}"] = "v"
+        error = await _refused(s.stub.JoinGroup, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details() == ("subscription.client_tags: 4 exceeds max_client_tags = 3 "
+                                   "(limit --max-client-tags)")
+        request = s.worker().join_request()
+        request.subscription.config.rack_aware_assignment_tags.extend(["a", "b", "c", "d"])
+        error = await _refused(s.stub.JoinGroup, request)
+        assert "subscription.config.rack_aware_assignment_tags: 4 exceeds max_client_tags = 3" in error.details()
+        problem = _problem(4, 2)
+        for k in range(4):
+            problem.clients[1].tags[f"key{k}"] = "v"
+        error = await _refused(s.stub.Assign, pb.AssignRequest(problem=problem))
+        assert "problem.clients[1].tags: 4 exceeds max_client_tags = 3" in error.details()
+        assert s.server.metrics.registry.get_sample_value("remote_leader_requests_refused_total", {
+            "method": "JoinGroup", "code": "INVALID_ARGUMENT", "reason": "max_client_tags"}) == 2.0
+        assert (await s.stub.ListGroups(pb.ListGroupsRequest())).groups == []
+        del problem.clients[1].tags["key3"]
+        problem.config.rack_aware_assignment_tags.extend(["key0", "key1", "key2"])
+        answer = await s.stub.Assign(pb.AssignRequest(problem=problem))
+        assert sum(len(c.active) for c in answer.result.clients) == 4
+        member = s.worker()
+        request = member.join_request()
+        request.subscription.client_tags.update({"key0": "a", "key1": "b", "key2": "c"})
+        request.subscription.config.rack_aware_assignment_tags.extend(["key0", "key1", "key2"])
+        joined = asyncio.ensure_future(s.stub.JoinGroup(request))
+        await asyncio.sleep(0.2)
+        await s.clock.advance(3_000)
+        assert (await asyncio.wait_for(joined, 10)).error_code == epb.ERROR_CODE_NONE
+
+
 async def test_standbys_count_as_replicas_however_large_num_standby_replicas_is(tmp_path):
     """An audit's find: num_standby_replicas of 2^31 - 1 (any int is valid) gave every task a
     standby on every other client; 52 KB of Assign took 81 CPU seconds and a gigabyte. Replicas

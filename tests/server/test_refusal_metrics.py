@@ -30,7 +30,8 @@ PER_GROUP = {"remote_leader_rebalances_total", "remote_leader_probes_scheduled_t
 WITHOUT_AUTH = {
     *(("JoinGroup", "INVALID_ARGUMENT", limit) for limit in (
         "max_rebalance_timeout_ms", "max_subtopologies", "max_partitions_per_topic", "max_partitions_per_group",
-        "max_tasks_per_group", "max_store_partitions_per_group", "max_replicas_per_group", "max_host_map_bytes")),
+        "max_tasks_per_group", "max_store_partitions_per_group", "max_replicas_per_group", "max_host_map_bytes",
+        "max_client_tags")),
     ("JoinGroup", "RESOURCE_EXHAUSTED", "max_groups"),
     ("JoinGroup", "RESOURCE_EXHAUSTED", "max_members_per_group"),
     ("JoinGroup", "PERMISSION_DENIED", "shutdown_not_member"),
@@ -38,6 +39,7 @@ WITHOUT_AUTH = {
     ("Assign", "INVALID_ARGUMENT", "max_tasks_per_assign"),
     ("Assign", "INVALID_ARGUMENT", "max_clients_per_assign"),
     ("Assign", "INVALID_ARGUMENT", "max_replicas_per_assign"),
+    ("Assign", "INVALID_ARGUMENT", "max_client_tags"),
     ("Assign", "RESOURCE_EXHAUSTED", "max_concurrent_assigns"),
 }
 _AUTHENTICATION = ("invalid_jwt", "invalid_token", "no_certificate_name", "no_credentials", "bad_authorization")
