@@ -143,6 +143,14 @@ def _task(msg: apb.TaskId, where: str) -> TaskId:
     return TaskId.checked(msg.subtopology, msg.partition, where)
 
 
+def _task_of(parent: Any, name: str, where: str) -> TaskId:
+    """The task id in ``parent``'s field ``name``, which must be set: left out, proto3 reads it
+    as 0_0, and a client that forgot it reported lags against the wrong task (an audit's find)."""
+    if not parent.HasField(name):
+        raise InvalidInput(where, "is required")
+    return _task(getattr(parent, name), where)
+
+
 def config_from_proto(msg: apb.AssignmentConfig, where: str) -> AssignmentConfig:
     if msg.assignor not in _ASSIGNOR_KINDS:
         raise InvalidInput(f"{where}.assignor", f"unknown assignor kind {msg.assignor}")
@@ -236,7 +244,7 @@ _WIRE_UNKNOWN: Final = UNKNOWN.to_wire()
 def _task_values(items: Any, where: str, value_field: str, minimum: int) -> Mapping[TaskId, int]:
     values: dict[TaskId, int] = {}
     for i, item in enumerate(items):
-        task = _task(item.task, f"{where}[{i}].task")
+        task = _task_of(item, "task", f"{where}[{i}].task")
         if task in values:
             raise InvalidInput(f"{where}[{i}].task", f"duplicate task {task}")
         value = getattr(item, value_field)
@@ -263,6 +271,7 @@ def subscription_from_proto(msg: pb.Subscription, where: str = "subscription") -
         raise InvalidInput(f"{where}.version", f"must be >= 1, got {msg.version}")
     if msg.latest_supported_version < msg.version:
         raise InvalidInput(f"{where}.latest_supported_version", f"must be >= version {msg.version}, got {msg.latest_supported_version}")
+    _identifier(msg.process_id, f"{where}.process_id", required=True)  # before it is echoed: bounded
     try:
         process_id = str(uuid.UUID(msg.process_id))
     except ValueError:
@@ -600,7 +609,7 @@ def problem_document_from_proto(msg: apb.AssignmentProblem) -> dict[str, Any]:
     config = config_from_proto(msg.config, "config")
     tasks = []
     for i, spec in enumerate(msg.tasks):
-        task = _task(spec.id, f"tasks[{i}].id")
+        task = _task_of(spec, "id", f"tasks[{i}].id")
         document: dict[str, Any] = {
             "id": str(task),
             "stateful": spec.stateful,
@@ -613,7 +622,7 @@ def problem_document_from_proto(msg: apb.AssignmentProblem) -> dict[str, Any]:
     for i, client in enumerate(msg.clients):
         lags: dict[str, int | str] = {}
         for j, item in enumerate(client.lags):
-            key = str(_task(item.task, f"clients[{i}].lags[{j}].task"))
+            key = str(_task_of(item, "task", f"clients[{i}].lags[{j}].task"))
             if key in lags:
                 raise InvalidInput(f"clients[{i}].lags[{j}].task", f"duplicate task {key}")
             lags[key] = _lag_json(item.lag)

@@ -87,6 +87,8 @@ def _two_subtopologies(second_topic: str, second_store: str) -> pb.Topology:
 
 
 _BAD_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(subtopology=0, partition=1), lag=-7)])
+# an outsider's find: a lag without its task read as task 0_0's
+_TASKLESS_LAG = pb.LagReport(task_lags=[apb.TaskLag(lag=777)])
 _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1), lag=3), apb.TaskLag(task=apb.TaskId(partition=1), lag=4)])
 
 
@@ -127,6 +129,8 @@ _DUP_TASK_LAG = pb.LagReport(task_lags=[apb.TaskLag(task=apb.TaskId(partition=1)
                      "subscription.config.rack_aware_assignment_tags[1]", id="tag-key-too-long"),
         pytest.param(_join(subscription__lags=_BAD_TASK_LAG), "subscription.lags.task_lags[0].lag", id="negative-lag"),
         pytest.param(_join(subscription__lags=_DUP_TASK_LAG), "subscription.lags.task_lags[1].task", id="duplicate-lag"),
+        pytest.param(_join(subscription__lags=_TASKLESS_LAG), "subscription.lags.task_lags[0].task", id="lag-without-task"),
+        pytest.param(_join(subscription__process_id=""), "subscription.process_id", id="empty-process-id"),
         pytest.param(_join(subscription__lags=pb.LagReport(age_ms=-1)), "subscription.lags.age_ms", id="negative-lag-age"),
         pytest.param(_join(subscription__config=apb.AssignmentConfig(max_warmup_replicas=0)), "subscription.config.max_warmup_replicas", id="config-below-minimum"),
         pytest.param(_join(subscription__config=apb.AssignmentConfig(probing_rebalance_interval_ms=5)), "subscription.config.probing_rebalance_interval_ms", id="probe-interval-below-minute"),
@@ -148,6 +152,13 @@ async def test_malformed_join_is_invalid_argument_naming_the_field_and_changes_n
         pytest.param("Heartbeat", pb.HeartbeatRequest(member_id="m"), "group_id", id="heartbeat-no-group"),
         pytest.param("Heartbeat", pb.HeartbeatRequest(group_id="app", member_id="m", lags=_BAD_TASK_LAG), "lags.task_lags[0].lag", id="heartbeat-bad-lag"),
         pytest.param("Heartbeat", pb.HeartbeatRequest(group_id="app", member_id="m", lags=pb.LagReport(age_ms=-5)), "lags.age_ms", id="heartbeat-negative-lag-age"),
+        pytest.param("Heartbeat", pb.HeartbeatRequest(group_id="app", member_id="m", lags=_TASKLESS_LAG), "lags.task_lags[0].task", id="heartbeat-lag-without-task"),
+        pytest.param("Assign", pb.AssignRequest(problem=apb.AssignmentProblem(tasks=[apb.TaskSpec(stateful=True)])),
+                     "problem.tasks[0].id", id="assign-task-without-id"),
+        pytest.param("Assign", pb.AssignRequest(problem=apb.AssignmentProblem(
+            tasks=[apb.TaskSpec(id=apb.TaskId(partition=0), stateful=True)],
+            clients=[apb.ClientState(id="a", threads=1, lags=[apb.TaskLag(lag=1)])])),
+            "problem.clients[0].lags[0].task", id="assign-lag-without-task"),
         pytest.param("LeaveGroup", pb.LeaveGroupRequest(group_id="app", member_id="m", group_instance_id=""), "group_instance_id", id="leave-empty-instance"),
         pytest.param("RouteQuery", pb.RouteQueryRequest(group_id="app", store="s", partition=-1), "partition", id="route-negative-partition"),
         pytest.param("Assign", pb.AssignRequest(problem=apb.AssignmentProblem(clients=[apb.ClientState(id="a", threads=0)])), "problem.clients[0].threads", id="assign-zero-threads"),
@@ -162,6 +173,17 @@ async def test_malformed_calls_are_invalid_argument(leader, method, request_, fi
         await getattr(leader.stub, method)(request_)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details().startswith(f"{field}:"), caught.value.details()
+
+
+@pytest.mark.parametrize("length", [256, 15_000, 1_000_000])
+async def test_a_long_process_id_is_refused_without_being_echoed(leader, length):
+    """An outsider's find: a process id that was no UUID came back whole in the error, so one of
+    15,000 characters made the answer's metadata too large for the client (a transport error,
+    not INVALID_ARGUMENT) and one of 10,000 a 10 KB message. Its length is checked first."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await leader.stub.JoinGroup(_join(subscription__process_id="p" * length))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == "subscription.process_id: longer than 255 characters"
 
 
 async def _warming_pair(running) -> tuple[Worker, Worker, pb.GroupDescription]:
