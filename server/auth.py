@@ -262,6 +262,8 @@ class Authenticator:
         bearer = None
         for key, value in context.invocation_metadata() or ():
             if key == "authorization":
+                if bearer is not None:  # which one counts would be a proxy's guess and ours (an audit)
+                    raise AuthError(Unauthenticated.BAD_AUTHORIZATION, "more than one authorization metadata entry")
                 bearer = bearer_token(str(value), "the authorization metadata")
         pem = None
         auth = context.auth_context() or {}

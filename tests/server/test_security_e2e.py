@@ -285,6 +285,39 @@ async def test_bearer_tokens_from_a_file_that_is_reloaded(tmp_path, monkeypatch)
         assert _refusals(leader, "no_credentials") == 1
 
 
+async def test_two_authorization_entries_are_refused_whichever_comes_first(tmp_path):
+    """An outsider audit's find: with two authorization entries the last one counted, so a proxy
+    that checked the first could be passed by a second. Neither counts now: the call is
+    refused, as is a live page request with two Authorization headers."""
+    import socket
+
+    import aiohttp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        metrics_port = sock.getsockname()[1]
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n  0123456789abcdef-orders: spiffe://corp/orders\n")
+    async with token_server(tmp_path, auth_token_file=tokens, metrics_port=metrics_port) as leader:
+        good = ("authorization", "Bearer 0123456789abcdef-orders")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{leader.port}") as channel:
+            stub = pb_grpc.GroupLeaderStub(channel)
+            answer = await stub.DescribeGroup(pb.DescribeGroupRequest(group_id="orders"), metadata=(good,))
+            assert answer.error_code == epb.ERROR_CODE_GROUP_ID_NOT_FOUND  # one entry: authorized
+            for entries in ((good, good), (good, ("authorization", "Bearer not-a-known-token-at-all"))):
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.DescribeGroup(pb.DescribeGroupRequest(group_id="orders"), metadata=entries)
+                assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                assert "more than one authorization metadata entry" in caught.value.details()
+        assert _refusals(leader, "bad_authorization") == 2
+        url = f"http://127.0.0.1:{leader.metrics_port}/"
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url, headers=[("Authorization", "Bearer 0123456789abcdef-orders")]) as one:
+                assert one.status == 200
+            async with session.get(url, headers=[("Authorization", "Bearer 0123456789abcdef-orders")] * 2) as two:
+                assert two.status == 401 and "more than one Authorization header" in await two.text()
+
+
 async def test_a_jwt_signed_with_the_configured_key(tmp_path):
     jwt = pytest.importorskip("jwt")
     import time
