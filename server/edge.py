@@ -720,13 +720,14 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         self._assign = assign or coordinator.assign
         self._assign_calls = BoundedWork(_CONCURRENT_ASSIGNS, self.limits.max_concurrent_assigns, "Assign calls")
 
-    async def _admitted(self, context: grpc.aio.ServicerContext, method: str, principal: Any, call: Any) -> Any:
+    async def _admitted(self, context: grpc.aio.ServicerContext, method: str, principal: Any, group_id: str,
+                        call: Any) -> Any:
         """Await a coordinator call whose admit check (run under the group's lock) may refuse it:
-        a full group or server, or an id that belongs to another principal."""
+        a full group or server, or an id that belongs to another principal (logged with its group)."""
         try:
             return await call  # a LimitExceeded goes on to ``server.failures.contain``
         except AuthError as error:
-            self.gate.refuse(method, principal, error)
+            self.gate.refuse(method, principal, error, group_id)
             await context.abort(error.code, str(error))
 
     async def _guard(self, context: grpc.aio.ServicerContext, convert, *args: Any, off_loop: bool = False) -> Any:
@@ -760,7 +761,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
             check_group_capacity(self.limits, group, groups, domain.member_id, domain.group_instance_id, principal.name)
             check_merged_topology(self.limits, group, domain.subscription.topology, "subscription.topology (merged with the group's)")
 
-        response = await self._admitted(context, "JoinGroup", principal, self._coordinator.join(domain, admit))
+        response = await self._admitted(context, "JoinGroup", principal, domain.group_id, self._coordinator.join(domain, admit))
         return pb.JoinGroupResponse(
             error_code=int(response.error),
             error_message=response.message,
@@ -773,7 +774,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse | bytes:
         principal = await self.gate.check(context, "SyncGroup", Operation.MEMBER, request.group_id)
         group_id, member_id, instance = await self._guard(context, _member_fields, request)
-        response = await self._admitted(context, "SyncGroup", principal, self._coordinator.sync(
+        response = await self._admitted(context, "SyncGroup", principal, group_id, self._coordinator.sync(
             SyncGroupRequest(group_id, member_id, instance, request.generation_id),
             lambda group, _n: check_member_call(group, principal, member_id, instance)))
         msg = pb.SyncGroupResponse(error_code=int(response.error), error_message=response.message)
@@ -798,7 +799,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
 
         principal = await self.gate.check(context, "Heartbeat", Operation.MEMBER, request.group_id)
         domain = await self._guard_large(context, request, check_heartbeat, convert)
-        response = await self._admitted(context, "Heartbeat", principal, self._coordinator.heartbeat(
+        response = await self._admitted(context, "Heartbeat", principal, domain.group_id, self._coordinator.heartbeat(
             domain, lambda group, _n: check_member_call(group, principal, domain.member_id, domain.group_instance_id)))
         msg = pb.HeartbeatResponse(error_code=int(response.error), error_message=response.message)
         if response.next_rebalance_ms is not None:
@@ -810,7 +811,7 @@ class GroupLeaderServicer(pb_grpc.GroupLeaderServicer):
         principal = await self.gate.check(context, "LeaveGroup", Operation.MEMBER, request.group_id)
         group_id, member_id, instance = await self._guard(context, _leave_fields, request)
         admin = self.gate.enabled and self.gate.authorize(principal, Operation.ADMIN, group_id)
-        response = await self._admitted(context, "LeaveGroup", principal, self._coordinator.leave(
+        response = await self._admitted(context, "LeaveGroup", principal, group_id, self._coordinator.leave(
             LeaveGroupRequest(group_id, member_id, instance),
             lambda group, _n: check_member_call(group, principal, member_id, instance, admin_may=admin)))
         return pb.LeaveGroupResponse(error_code=int(response.error), error_message=response.message)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from structlog.testing import capture_logs
 
 from remote_leader.pki import DevCa
 from remote_leader.tls import ClientTls
@@ -146,10 +147,15 @@ async def test_leave_with_a_victims_member_id_is_refused(tmp_path, pki):
         assert details == f"member id {a.member_id!r} belongs to another principal"
         await _untouched(a, b, a.generation)
         sync = pb.SyncGroupRequest(group_id="orders", member_id=a.member_id, generation_id=a.generation)
-        await _denied(stub_for("insider").SyncGroup, sync)
         beat = pb.HeartbeatRequest(group_id="orders", member_id=a.member_id, generation_id=a.generation)
-        await _denied(stub_for("insider").Heartbeat, beat)
+        with capture_logs() as logs:
+            await _denied(stub_for("insider").SyncGroup, sync)
+            await _denied(stub_for("insider").Heartbeat, beat)
         assert _refusals(server, "member_id_owner") == 3
+        # an audit's find: these refusals were logged without their group
+        refused = [entry for entry in logs if entry["event"] == "auth.refused"]
+        assert [(e["method"], e["group_id"], e["reason"]) for e in refused] == [
+            ("SyncGroup", "orders", "member_id_owner"), ("Heartbeat", "orders", "member_id_owner")]
 
 
 async def test_joining_with_a_victims_process_id_is_refused(tmp_path, pki):
