@@ -246,6 +246,10 @@ class Group:
     #: A ComputeAssignment of this generation is out (the assignor runs outside the group's
     #: lock); ``assignment_computed`` brings its result back.
     awaiting_assignment: bool = False
+    #: Why the group rebalances again once the assignment out returns: joins that arrive while
+    #: the assignor runs wait for it, parked, and then start one rebalance together (not
+    #: durable: their calls die with the process, and a restored group prepares a rebalance).
+    rejoined_while_computing: str = ""
     #: Members whose join was answered and who have not synced (a completing generation's, or a
     #: static replacement in a Stable group): the one record of who owes a sync (O(1) per sync).
     unsynced: set[str] = field(default_factory=set)
@@ -574,6 +578,14 @@ class Group:
         self._park_call(member, call_id)
         member.session_armed = False
         outcome.effects.append(CancelTimer(self._key(TimerKind.SESSION, member.member_id)))
+        if self.awaiting_assignment:
+            # The assignor runs and cannot be stopped: restarted at every join, a flood of 3,000
+            # joins into one group ran some 700 assignments in a row, none of them used, and
+            # calls waited until gRPC cancelled them (an audit's find). The joins wait for it and
+            # start the next rebalance together (``assignment_computed``).
+            if not self.rejoined_while_computing or trigger == Trigger.TOPOLOGY_CHANGED:
+                self.rejoined_while_computing = trigger
+            return outcome
         if self.state is not GroupState.PREPARING_REBALANCE:
             outcome.effects += self._prepare_rebalance(trigger, now_ms)
         elif trigger == Trigger.TOPOLOGY_CHANGED:
@@ -587,6 +599,7 @@ class Group:
         was_empty = self.state is GroupState.EMPTY
         self._transition(GroupState.PREPARING_REBALANCE)
         self.awaiting_assignment = False  # a result still out is stale now
+        self.rejoined_while_computing = ""  # this rebalance takes those joins
         self.pending_trigger = trigger
         self.rebalance_started_ms = now_ms
         effects: list = [Event("group.rebalance.started", {"trigger": str(trigger)})]
@@ -659,6 +672,11 @@ class Group:
         """The runtime's answer to ``ComputeAssignment``: release the join barrier."""
         if generation != self.generation or self.state is not GroupState.COMPLETING_REBALANCE:
             return Outcome(effects=[Event("group.assignment.stale", {"generation": generation})])
+        if self.rejoined_while_computing:
+            effects = [Event("group.assignment.superseded", {"generation": generation,
+                                                             "trigger": self.rejoined_while_computing})]
+            effects += self._prepare_rebalance(self.rejoined_while_computing, now_ms)
+            return Outcome(effects=effects + self._maybe_complete_join(now_ms))
         self.awaiting_assignment = False
         effects: list = []
         if result is None:

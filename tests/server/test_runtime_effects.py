@@ -66,23 +66,44 @@ async def test_the_group_answers_while_the_assignor_runs_and_its_result_complete
     assert coordinator.groups["app"].result is not None
 
 
-async def test_a_result_that_comes_back_after_the_group_moved_on_is_dropped():
-    clock, gate = FakeClock(), _Gate()
-    coordinator = Coordinator(GroupSettings(initial_rebalance_delay_ms=0), clock, clock, assign=gate)
+class _HeldAssignor:
+    """An assignor whose every run waits until released, counting its runs."""
+
+    def __init__(self) -> None:
+        self.release, self.runs, self.lock = threading.Event(), 0, threading.Lock()
+
+    def __call__(self, problem):
+        with self.lock:
+            self.runs += 1
+        assert self.release.wait(10)
+        return assignor.solve(problem)
+
+
+async def test_joins_while_the_assignor_runs_wait_for_it_and_start_one_rebalance_together():
+    """An audit's find: every join that arrived while the assignor ran started the rebalance
+    over, and the assignor's runs cannot be stopped: a flood of 3,000 joins into one group ran
+    some 700 assignments in a row, none of them used, until gRPC cancelled the waiting calls.
+    Now the joins wait for the run out, whose result is then superseded, and one more run
+    takes them all: two runs for six members, every join answered with the same generation."""
+    clock, held = FakeClock(), _HeldAssignor()
+    coordinator = Coordinator(GroupSettings(initial_rebalance_delay_ms=0), clock, clock, assign=held)
     first = asyncio.create_task(coordinator.join(_join("m1")))
-    assert await asyncio.to_thread(gate.inside.wait, 10)
-    # A second member joins while generation 1 is computed: the rebalance starts over.
-    second = asyncio.create_task(coordinator.join(_join("m2")))
     for _ in range(500):
-        if coordinator.groups["app"].generation == 2 and coordinator.groups["app"].result is not None:
+        if held.runs:
             break
         await asyncio.sleep(0.01)
-    gate.release.set()
-    responses = await asyncio.wait_for(asyncio.gather(first, second), 10)
-    assert [(r.error, r.generation_id) for r in responses] == [(ErrorCode.NONE, 2)] * 2
     group = coordinator.groups["app"]
-    assert group.generation == 2 and sorted(group.result.clients) == ["process-m1", "process-m2"]
-    assert not group.awaiting_assignment
+    assert (group.state, group.generation, group.awaiting_assignment) == (GroupState.COMPLETING_REBALANCE, 1, True)
+    later = [asyncio.create_task(coordinator.join(_join(f"m{n}"))) for n in range(2, 7)]
+    await asyncio.sleep(0.2)
+    assert (held.runs, group.generation, group.state) == (1, 1, GroupState.COMPLETING_REBALANCE)
+    assert not any(call.done() for call in [first, *later])
+    held.release.set()
+    responses = await asyncio.wait_for(asyncio.gather(first, *later), 10)
+    assert [(r.error, r.generation_id) for r in responses] == [(ErrorCode.NONE, 2)] * 6
+    assert held.runs == 2
+    assert group.generation == 2 and sorted(group.result.clients) == [f"process-m{n}" for n in range(1, 7)]
+    assert group.pending_trigger == "member_joined" and not group.awaiting_assignment
 
 
 def test_a_restored_group_gets_its_timers_from_the_state_machine():
