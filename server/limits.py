@@ -48,6 +48,10 @@ class Limits:
     max_replicas_per_assign: int = 200_000
     max_concurrent_assigns: int = 2
     max_rebalance_timeout_ms: int = 1_800_000
+    # A client's tags and the tag keys a config names (KIP-708) are 255 characters each at most,
+    # and were not bounded in number: six JoinGroups of 120,000 tags (14 MB each) grew a server
+    # by 0.44 GB, and 2,000 keys per member of 500 made one rebalance take 193 s (an audit's
+    # finds). Kafka Streams allows 5 of each; this leaves room for more.
     max_client_tags: int = 32
 
     def validate(self) -> None:
@@ -212,17 +216,6 @@ def check_merged_topology(limits: Limits, group: Any, topology: Any, where: str)
     _check_host_maps(limits, merged, config.num_standby_replicas, config.max_warmup_replicas, where)
 
 
-def _check_tags(limits: Limits, config: Any, clients: Any, where: str, config_where: str) -> None:
-    """Tag entries per client and tag keys the config names (KIP-708): bounded by 255
-    characters each but not in number, six JoinGroups of 120,000 tags each (14 MB, within the
-    message limit) grew a server by 0.44 GB and its rebalance-log lines to 85 MB, and 2,000
-    keys per member of 500 made one rebalance's standby search take 193 s (an audit's finds).
-    Kafka Streams allows 5 of each; the default here leaves room for more."""
-    _over(limits, "max_client_tags", len(config.rack_aware_assignment_tags), f"{config_where}.rack_aware_assignment_tags")
-    for name, tags in clients:
-        _over(limits, "max_client_tags", len(tags), f"{where}{name}")
-
-
 JOIN_LIMITS = ("max_rebalance_timeout_ms", *TOPOLOGY_LIMITS, "max_replicas_per_group", "max_host_map_bytes",
                "max_client_tags", *LAG_REPORT_LIMITS)
 
@@ -241,7 +234,9 @@ def check_join(limits: Limits, request: Any) -> None:
             warmups = (sub.config.max_warmup_replicas if sub.config.HasField("max_warmup_replicas")
                        else AssignmentConfig().max_warmup_replicas)
             _check_host_maps(limits, sub.topology, standbys, warmups, "subscription.topology")
-        _check_tags(limits, sub.config, (("client_tags", sub.client_tags),), "subscription.", "subscription.config")
+        _over(limits, "max_client_tags", len(sub.client_tags), "subscription.client_tags")
+        _over(limits, "max_client_tags", len(sub.config.rack_aware_assignment_tags),
+              "subscription.config.rack_aware_assignment_tags")
         check_lag_report(limits, sub.lags, "subscription.lags")
 
 
@@ -263,9 +258,10 @@ def check_assign(limits: Limits, request: Any) -> None:
     standbys = min(max(problem.config.num_standby_replicas, 0), max(len(problem.clients) - 1, 0))
     _check_replicas(limits, "max_replicas_per_assign", len(problem.tasks), sum(t.stateful for t in problem.tasks),
                     standbys, "problem.config.num_standby_replicas")
-    _check_tags(limits, problem.config, ((f"[{i}].tags", client.tags) for i, client in enumerate(problem.clients)),
-                "problem.clients", "problem.config")
+    _over(limits, "max_client_tags", len(problem.config.rack_aware_assignment_tags),
+          "problem.config.rack_aware_assignment_tags")
     for i, client in enumerate(problem.clients):
+        _over(limits, "max_client_tags", len(client.tags), f"problem.clients[{i}].tags")
         for name in ("lags", "prev_active", "prev_standby"):
             items = getattr(client, name, None)
             if items is not None:
