@@ -106,12 +106,16 @@ class _ServerRun:
         return self.group.join(request, self.calls, self.now).effects
 
     def complete(self, effects: list) -> None:
-        """Run the assignor the state machine asks for, then every member syncs."""
-        (compute,) = [effect for effect in effects if isinstance(effect, ComputeAssignment)]
-        trigger = str(self.group.pending_trigger)
-        problem = compute.inputs.build()
-        result = solve(problem)
-        self.group.assignment_computed(compute.generation, problem, result, "", 0.0, self.now)
+        """Run the assignor the state machine asks for, as the runtime does (joins that arrived
+        while it ran supersede its result and ask for one more run), then every member syncs."""
+        while True:
+            (compute,) = [effect for effect in effects if isinstance(effect, ComputeAssignment)]
+            trigger = str(self.group.pending_trigger)
+            problem = compute.inputs.build()
+            result = solve(problem)
+            effects = self.group.assignment_computed(compute.generation, problem, result, "", 0.0, self.now).effects
+            if not any(isinstance(effect, ComputeAssignment) for effect in effects):
+                break
         simulation._apply(self.world, result)
         for client in sorted(self.member_ids):
             request = SyncGroupRequest("app", self.member_ids[client], None, self.group.generation)
@@ -123,7 +127,7 @@ class _ServerRun:
         """Every member rejoins with its current lags; the last join completes the barrier."""
         effects: list = []
         for client in sorted(self.world.members):
-            effects = self.join(client)
+            effects += self.join(client)
         self.complete(effects)
 
     def advance_to(self, at_ms: int) -> None:
@@ -142,7 +146,7 @@ class _ServerRun:
         effects = self.join(newcomer)  # starts the rebalance; the others rejoin
         for client in sorted(self.world.members):
             if client != newcomer:
-                effects = self.join(client)
+                effects += self.join(client)
         self.complete(effects)
         while self.group.next_probe_ms is not None and self.now < EVENT_MS + HORIZON_MS:
             self.advance_to(self.now + HEARTBEAT_MS)
