@@ -18,6 +18,7 @@ import structlog
 
 from assignor.lag import MAX_LONG
 from assignor.model import MAX_INT, InvalidInput
+from remote_leader.net import check_address
 from remote_leader.options import check_log_level
 
 
@@ -42,23 +43,6 @@ def _tag(text: str) -> tuple[str, str]:
 def _check_range(flag: str, value: int, minimum: int, maximum: int) -> None:
     if not minimum <= value <= maximum:
         raise ValueError(f"{flag}: expected an integer from {minimum} to {maximum}, got {value}")
-
-
-def _check_address(flag: str, text: str, *, several: bool = False, port_zero: bool = False) -> None:
-    """``host:port`` (``several``: a comma-separated list of them) with a port that fits in 16
-    bits (grpc would wrap 70000 to 4464); ``port_zero`` (a listen address) allows port 0 (pick a
-    free one) and an empty host."""
-    shape = "host:port[,host:port...]" if several else "host:port"
-    parts = [part.strip() for part in text.split(",")] if several else [text.strip()]
-    if not any(parts) or (not several and len(parts) != 1):
-        raise ValueError(f"{flag}: expected {shape}, got {text!r}")
-    for part in parts:
-        if not part:
-            continue
-        host, sep, port = part.rpartition(":")
-        if not sep or not (host or port_zero) or not port.isdigit() or not (0 if port_zero else 1) <= int(port) <= 65535:
-            low = 0 if port_zero else 1
-            raise ValueError(f"{flag}: expected {shape} with a port from {low} to 65535, got {part!r}")
 
 
 def register(subparsers) -> None:
@@ -156,8 +140,8 @@ def run_sidecar(args: argparse.Namespace) -> int:
             raise ValueError(f"--heartbeat-interval-ms: {args.heartbeat_interval_ms} must be below "
                              f"--session-timeout-ms ({args.session_timeout_ms}; Kafka: about a third)")
         _check_range("--state-cleanup-delay-ms", args.state_cleanup_delay_ms, 0, MAX_LONG)
-        _check_address("--server", args.server, several=True)
-        _check_address("--listen", args.listen, port_zero=True)
+        check_address("--server", args.server, several=True)
+        check_address("--listen", args.listen, port_zero=True)
         topology, config = load_member_file(args.topology)
         extra = {"process_id": args.process_id} if args.process_id else {}
         member = MemberConfig(

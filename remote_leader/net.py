@@ -27,3 +27,20 @@ def address_in_use(listen: str) -> bool:
                 if error.errno == errno.EADDRINUSE:
                     return True
     return False
+
+
+def check_address(flag: str, text: str, *, several: bool = False, port_zero: bool = False) -> None:
+    """``host:port`` (``several``: a comma-separated list of them) with a port that fits in 16
+    bits (grpc would wrap 70000 to 4464); ``port_zero`` (a listen address) allows port 0 (pick a
+    free one) and an empty host."""
+    shape = "host:port[,host:port...]" if several else "host:port"
+    parts = [part.strip() for part in text.split(",")] if several else [text.strip()]
+    if not any(parts) or (not several and len(parts) != 1):
+        raise ValueError(f"{flag}: expected {shape}, got {text!r}")
+    for part in parts:
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        if not sep or not (host or port_zero) or not port.isdigit() or not (0 if port_zero else 1) <= int(port) <= 65535:
+            low = 0 if port_zero else 1
+            raise ValueError(f"{flag}: expected {shape} with a port from {low} to 65535, got {part!r}")

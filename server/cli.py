@@ -18,6 +18,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from remote_leader.net import check_address
 from remote_leader.options import LOG_LEVELS
 
 _BOOL_TRUE = {"1", "true", "yes", "on"}
@@ -240,18 +241,6 @@ def _check_port(flag: str, port: str, minimum: int = 1) -> None:
         raise SettingsError(f"{flag}: expected a port from {minimum} to 65535, got {port!r}")
 
 
-def _server_addresses(text: str) -> list[str]:
-    """``--server``: host:port, or several replicas a:p,b:p; at least one, each port in range."""
-    addresses = [a.strip() for a in text.split(",") if a.strip()]
-    if not addresses:
-        raise SettingsError(f"--server: expected host:port[,host:port...], got {text!r}")
-    for address in addresses:
-        host, sep, port = address.rpartition(":")
-        if sep and host and port.isdigit():
-            _check_port("--server", port)
-    return addresses
-
-
 def _event_loop_runner(choice: str) -> Callable[[Coroutine[Any, Any, int]], int]:
     """``asyncio.run`` or ``uvloop.run``. uvloop (when installed; ``auto``) cuts the server's
     CPU per call by about 15% under grpc.aio (bench/bench_server.py, docs/benchmarks.md):
@@ -324,7 +313,8 @@ async def _query(address: str, method: str, request: Any, tls: Any = None) -> An
         if error.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             raise error
         failures.append(error)
-        print(f"remote-leader: {target}: {error.code().name}: skipped", file=sys.stderr)
+        if len(addresses) > 1:  # one address: the command's own error line says it
+            print(f"remote-leader: {target}: {error.code().name}: skipped", file=sys.stderr)
 
     if method == "ListGroups":
         merged = group_leader_pb2.ListGroupsResponse()
@@ -382,7 +372,7 @@ def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | 
         from remote_leader.tls import client_tls_from
 
         try:
-            _server_addresses(args.server)
+            check_address("--server", args.server, several=True)  # the sidecar's rule: a port, always
             tls = client_tls_from(args)
         except ValueError as error:
             print(f"remote-leader: {error}", file=sys.stderr)
@@ -398,6 +388,11 @@ def _client_call(method: str, build, empty: tuple[Callable[[Any], bool], str] | 
             _print_message(response)  # JSON on standard output always: scripts read it (`| jq`)
             if empty is not None and empty[0](response):
                 print(empty[1].format(server=args.server), file=sys.stderr)
+            if getattr(response, "error_code", 0):  # the JSON says it for scripts; a line for people
+                from remote_leader.v1 import errors_pb2
+
+                print(f"remote-leader: {args.server}: {errors_pb2.ErrorCode.Name(response.error_code)}: "
+                      f"{response.error_message}", file=sys.stderr)
             sys.stdout.flush()
         except BrokenPipeError:  # `describe G | head`: the reader has all it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

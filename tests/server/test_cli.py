@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -153,6 +154,9 @@ def _client(*argv: str) -> subprocess.CompletedProcess:
     pytest.param(["describe", "g", "--server", ","], "--server", id="describe-server-comma"),
     pytest.param(["groups", "--server", ""], "--server", id="groups-server-empty"),
     pytest.param(["describe", "g", "--server", "127.0.0.1:99999"], "--server", id="server-port-beyond-16-bits"),
+    # a new user's find: without a port grpc dialled 443 (the sidecar refused the same text)
+    pytest.param(["groups", "--server", "127.0.0.1"], "--server", id="groups-server-without-port"),
+    pytest.param(["describe", "g", "--server", "127.0.0.1:50051,leader-1"], "--server", id="describe-replica-without-port"),
 ])
 def test_client_commands_refuse_a_bad_server_in_one_line(argv, named):
     proc = _client(*argv)
@@ -184,3 +188,15 @@ def test_client_commands_refuse_a_bad_token_file_in_one_line(tmp_path, command, 
 def test_ports_beyond_16_bits_are_refused_not_wrapped(flags, message):
     with pytest.raises(cli.SettingsError, match=message):
         cli.settings_from(_args(**flags), {})
+
+
+def test_a_single_dead_server_is_one_line_not_a_skip_and_then_the_error():
+    """A new user's find: one address that does not answer printed "UNAVAILABLE: skipped" and
+    then the failure itself; "skipped" is for a replica among several (test_service.py)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    proc = _client("groups", "--server", dead)
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"remote-leader: {dead}: UNAVAILABLE: "), proc.stderr

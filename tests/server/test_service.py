@@ -479,6 +479,21 @@ async def test_health_and_reflection(leader):
     assert "remote_leader.v1.GroupLeader" in names
 
 
+async def test_describe_of_an_unknown_group_says_so_in_a_line_beside_its_json(leader):
+    """A new user's find: ``describe`` of a group that does not exist printed only the JSON error
+    document (for scripts) and exited 1; people get the reason on stderr too."""
+    import subprocess
+    import sys
+
+    server = f"127.0.0.1:{leader.server.port}"
+    proc = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "remote_leader.cli", "describe", "nosuch", "--server", server],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["error_code"] == "ERROR_CODE_GROUP_ID_NOT_FOUND"
+    assert proc.stderr.strip() == f"remote-leader: {server}: ERROR_CODE_GROUP_ID_NOT_FOUND: group 'nosuch' not found"
+
+
 async def test_the_cli_skips_a_replica_that_does_not_answer(leader, capsys):
     """An audit's find: ``groups`` / ``describe --server a,b`` failed outright when one listed
     replica was down, exactly when an operator looks. The dead one is skipped with a line on
@@ -501,6 +516,7 @@ async def test_the_cli_skips_a_replica_that_does_not_answer(leader, capsys):
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await _query(dead, "ListGroups", pb.ListGroupsRequest())
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "skipped" not in capsys.readouterr().err  # one address: its failure is the command's error
     _print_message(described)
     printed = json.loads(capsys.readouterr().out)
     member = printed["group"]["members"][0]
