@@ -89,8 +89,9 @@ class FencedWrite(NotCoordinator):
     """A write refused by PostgreSQL: another replica took the group over (a higher epoch)."""
 
 
-class StoreSchemaError(RuntimeError):
-    pass
+class StoreSchemaError(ValueError):
+    """A database this server cannot use (migrated by a newer server): refused at start like a
+    bad setting, in one line naming ``--store`` (a RuntimeError, it was a 35-line traceback)."""
 
 
 def open_pool(dsn: str, *, max_size: int = 10) -> AsyncConnectionPool:

@@ -8,6 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
 
 import grpc
 import psycopg
@@ -49,6 +53,15 @@ async def test_schema_is_created_versioned_and_migrated_once(postgres_dsn):
             await migrate(pool)
     finally:
         await pool.close()
+    # an audit's find: `serve` on that database printed a traceback; one line now, exit 1
+    proc = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "remote_leader.cli", "serve", "--store", postgres_dsn, "--listen",
+                         "127.0.0.1:0", "--metrics-port", "0", "--log-level", "error"],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"remote-leader serve: --store: the database's schema version {SCHEMA_VERSION + 1} is newer than this "
+        f"server's {SCHEMA_VERSION}: upgrade the server"], proc.stderr
 
 
 async def test_a_generation_is_durable_in_postgresql_before_members_get_it(tmp_path, postgres_dsn):
@@ -165,6 +178,81 @@ async def test_a_replica_that_cannot_renew_stops_answering_for_its_groups(tmp_pa
         health = await health_pb2_grpc.HealthStub(first.channel).Check(health_pb2.HealthCheckRequest())
         assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
         await settle()
+
+
+class _StallingProxy:
+    """TCP to PostgreSQL through loopback that can go silent: between ``stall`` and ``resume``
+    it passes no bytes either way but keeps every connection open (a half-open network path: no
+    error, no answer)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    def stall(self) -> None:
+        self.flowing.clear()
+
+    def resume(self) -> None:
+        self.flowing.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while data := await source.read(65536):
+                await self.flowing.wait()  # stalled: neither forwarded nor closed
+                sink.write(data)
+                await sink.drain()
+
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer), return_exceptions=True)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_a_replica_whose_database_connection_goes_silent_stops_serving(tmp_path, postgres_dsn):
+    """An HA audit's find: with PostgreSQL's connection half-open (no error, no answer), the
+    lease renewal hung, and the replica kept reporting SERVING, holding groups whose leases it
+    could no longer renew, until TCP gave up (minutes). Its lease validity is now checked on
+    time whatever the renewal does: within about a lease it unloads its groups and reports
+    NOT_SERVING, as when PostgreSQL is unreachable (docs/high-availability.md)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    url = urllib.parse.urlsplit(postgres_dsn)
+    proxy = _StallingProxy(url.port)
+    port = await proxy.start()
+    dsn = url._replace(netloc=f"{url.username}@127.0.0.1:{port}").geturl()
+    try:
+        async with replica(tmp_path, dsn, "r1") as first:
+            assert first.server.ownership is not None  # through the proxy, on PostgreSQL
+            await stable_group(first)
+            health = health_pb2_grpc.HealthStub(first.channel)
+            assert (await health.Check(health_pb2.HealthCheckRequest())).status == health_pb2.HealthCheckResponse.SERVING
+            proxy.stall()
+            status = None
+            for _ in range(60):  # 3 s: three leases
+                await asyncio.sleep(0.05)
+                status = (await health.Check(health_pb2.HealthCheckRequest())).status
+                if status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                    break
+            assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert not first.server.coordinator.groups and not first.server.ownership.leases
+            proxy.resume()  # the path heals: the replica serves again
+            for _ in range(60):
+                await asyncio.sleep(0.05)
+                status = (await health.Check(health_pb2.HealthCheckRequest())).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+            assert status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await proxy.close()
 
 
 async def test_the_cli_follows_not_coordinator_and_lists_every_replica(tmp_path, postgres_dsn):
