@@ -104,11 +104,27 @@ CLOSE_GRACE_S = 5.0
 _MOVED_NAMES = frozenset(epb.ErrorCode.Name(code) for code in MOVED)
 
 
+#: Keepalive pings while a call is out (``server.app`` accepts them this often): a JoinGroup
+#: parked at a replica that was then paused (SIGSTOP, a stalled VM) waited out its deadline, more
+#: than a minute, while another replica had long taken the group over (an HA audit's find).
+#: Unanswered for KEEPALIVE_TIMEOUT_MS, the connection is closed; grpc's retry then tries to
+#: connect again, for CONNECT_TIMEOUT_MS (grpc's default is 20 s: a stopped process still
+#: accepts TCP, it never sends its HTTP/2 settings), then the call fails UNAVAILABLE and the
+#: member looks for the group's owner (``client.coordinator``): 15 s in all, measured.
+KEEPALIVE_TIME_MS = 5_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+CONNECT_TIMEOUT_MS = 5_000
+_KEEPALIVE = [("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS), ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+              ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS), ("grpc.http2.max_pings_without_data", 0),
+              ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS)]
+
+
 def open_channel(target: str, options: list[tuple[str, Any]] | None = None, tls: ClientTls | None = None) -> grpc.aio.Channel:
-    """A channel with the GroupLeader retry policy switched on: plaintext, or TLS / mTLS /
-    bearer token as ``tls`` says (docs/security.md)."""
+    """A channel with the GroupLeader retry policy and keepalive pings switched on: plaintext, or
+    TLS / mTLS / bearer token as ``tls`` says (docs/security.md)."""
     return (tls or PLAINTEXT).aio_channel(
-        target, options=[("grpc.enable_retries", 1), ("grpc.service_config", RETRY_SERVICE_CONFIG), *(options or [])])
+        target, options=[("grpc.enable_retries", 1), ("grpc.service_config", RETRY_SERVICE_CONFIG), *_KEEPALIVE,
+                         *(options or [])])
 
 
 class MemberError(Exception):

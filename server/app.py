@@ -232,6 +232,10 @@ class LeaderServer:
             ("grpc.max_receive_message_length", s.max_message_bytes),
             ("grpc.max_send_message_length", MAX_ANSWER_BYTES),
             ("grpc.so_reuseport", 0),
+            # members ping every client.member.KEEPALIVE_TIME_MS while a call is out (a parked
+            # JoinGroup sends no data for its whole wait): grpc's default answers a third such
+            # ping within 5 minutes with GOAWAY (too_many_pings); pings faster than this still do
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
         ]
         server = grpc.aio.server(options=options)
         self._bind(server)
