@@ -94,3 +94,43 @@ def test_a_problem_of_many_pieces_crosses_to_the_worker_and_back_unchanged():
     finally:
         runner.close()
     assert result == assignor.solve(problem)
+
+
+_SERVER_STAND_IN = """
+import asyncio, sys, time
+from tests.server.test_assignor_runner import _problem
+from server.assignor_runner import AssignorRunner
+problem = _problem()
+runner = AssignorRunner(processes=1, min_process_tasks=len(problem.tasks))
+asyncio.run(runner(problem))
+print(*runner._pool._processes, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_process_ends_with_a_server_killed_outright():
+    """An HA audit's find: after a kill -9 of a replica, its assignor worker (90 MB) lived on,
+    adopted by init, and so did multiprocessing's resource tracker; they piled up with every
+    restart where nothing else reaps them (a VM, systemd's KillMode=process)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    server = subprocess.Popen([sys.executable, "-c", _SERVER_STAND_IN], cwd=root, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        (worker,) = map(int, server.stdout.readline().split())
+        os.kill(worker, 0)  # alive
+        server.kill()
+        server.wait(10)
+        for _ in range(100):
+            if not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            raise AssertionError(f"worker {worker} outlived its server")
+    finally:
+        server.kill()
