@@ -136,10 +136,16 @@ _STYLES = [(ls, mk) for mk in ("o", "s", "^", "D", "v", "P", "X", "*") for ls in
 _STYLES = [_STYLES[i * 5 % len(_STYLES)] for i in range(len(_STYLES))]  # neighbours differ in both
 
 
+#: Characters per legend line: wider legends than a panel made the layout shrink the plots
+#: themselves to a sixth of the figure and cut the legends off at its edge (a new user's find).
+LEGEND_WIDTH = 60
+
+
 def _legend(ax: Any, count: int) -> None:
-    """Readable legends: 9 pt, below the plot (long config names would squeeze it from the side)."""
+    """Readable legends: 9 pt, below the plot (long config names would squeeze it from the side),
+    wrapped to the panel's width."""
     for line in ax.get_lines():
-        line.set_label(textwrap.fill(str(line.get_label()), 90))
+        line.set_label(textwrap.fill(str(line.get_label()), LEGEND_WIDTH))
     ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(0.0, -0.2), borderaxespad=0.0, frameon=False, ncol=1)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,6 @@ STEP_COLUMNS: list[tuple[str, str]] = [
 DOWNTIME_RESOLUTION_S = 60.0
 #: Distinct errors the report lists, the commonest first (their count says how many more there are)
 REPORTED_ERRORS = 20
-# Time grid of the convergence curves (share of runs settled by t), seconds.
-CURVE_TIMES = (0, 30, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200, 1800, 2400, 3600, 5400, 7200,
-               10800, 14400, 21600, 43200, 86400)
 
 
 def ddl(columns: list[tuple[str, str]]) -> str:
@@ -121,17 +119,36 @@ def config_tables(runs: Any) -> tuple[Any, Any]:
     return per, overall
 
 
+def convergence_curves(settle_times: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (event, config), the share of its runs settled by each time a run settled: the exact
+    empirical distribution, a step at every settle time (at most one point per run; a sweep has
+    at most ``pipeline.grid.MAX_RUNS``). Sampled at fixed times instead (0, 30, 60 ... s), configs that settled at
+    different moments between two samples drew as one line, "a = b", while the ranking beside it
+    gave them different medians (a new user's find). Every curve of an event runs on to that
+    event's last settle time, so that a config whose other runs never settled ends level."""
+    last: dict[str, float] = defaultdict(float)
+    for row in settle_times:
+        if row["times"]:
+            last[row["event"]] = max(last[row["event"]], row["times"][-1])
+    curves = []
+    for row in settle_times:
+        event, config, runs = row["event"], row["config"], row["runs"]
+        points = {0.0: 0}
+        for settled, time_s in enumerate(row["times"], start=1):
+            points[float(time_s)] = settled
+        points.setdefault(last[event], len(row["times"]))
+        curves += [{"event": event, "config": config, "t": t, "share": count / runs} for t, count in sorted(points.items())]
+    return curves
+
+
 def report_data(runs: Any, steps: Any, per: Any, overall: Any, plan: Plan) -> dict[str, Any]:
     """The small aggregates the report draws, computed in Spark; only these reach the driver."""
     from pyspark.sql import functions as F
 
     ok = runs.where(F.col("error").isNull())
-    curve_points = F.array(*[F.lit(float(t)) for t in CURVE_TIMES])
-    curves = (
-        ok.select("event", "config", F.explode(curve_points).alias("t"), "settled", "settle_time_s")
-        .groupBy("event", "config", "t")
-        .agg(F.avg((F.col("settled") & (F.col("settle_time_s") <= F.col("t"))).cast("double")).alias("share"))
-    )
+    settle_times = ok.groupBy("event", "config").agg(
+        F.count("*").alias("runs"),
+        F.sort_array(F.collect_list(F.when(F.col("settled"), F.col("settle_time_s")))).alias("times"))
     down_curves = (
         steps.join(ok.select("run_id", "event", "config"), "run_id")
         .withColumn("bucket", F.expr("cast(floor(time_s / 60) * 60 as double)"))
@@ -166,7 +183,7 @@ def report_data(runs: Any, steps: Any, per: Any, overall: Any, plan: Plan) -> di
         "skipped": list(plan.skipped),
         "configs": [r.asDict() for r in per.orderBy("event", "rank").collect()],
         "overall": [r.asDict() for r in overall.orderBy("overall_rank").collect()],
-        "curves": [r.asDict() for r in curves.orderBy("event", "config", "t").collect()],
+        "curves": convergence_curves([r.asDict() for r in settle_times.orderBy("event", "config").collect()]),
         "down_curves": [r.asDict() for r in down_curves.orderBy("event", "config", "bucket").collect()],
         "heatmaps": heatmaps,
     }

@@ -16,12 +16,33 @@ from pipeline.report import (
     sweep_report,
     with_empty_buckets,
 )
-from pipeline.sweep import REPORTED_ERRORS
+from pipeline.sweep import REPORTED_ERRORS, convergence_curves
 
 
 def test_configs_with_the_same_curve_share_one_line_naming_them_all():
     series = {"a": [(1, 0.5), (2, 1.0)], "b": [(2, 1.0), (1, 0.5)], "c": [(1, 0.2), (2, 1.0)]}
     assert _same_curves(series, ["a", "b", "c"]) == [("a = b", [(1, 0.5), (2, 1.0)]), ("c", [(1, 0.2), (2, 1.0)])]
+
+
+def test_convergence_curves_step_at_every_settle_time_so_different_configs_stay_apart():
+    """A new user's find: sampled at 0, 30, 60 ... s, configs that settled at 240/300 s and at
+    240/267.5 s drew as one line "a = b" beside a ranking that gave them different medians. The
+    curves are the exact shares now; an unsettled run keeps its config's curve below 1, level
+    to the event's last settle time."""
+    rows = [{"event": "scale_out", "config": "a", "runs": 2, "times": [240.0, 300.0]},
+            {"event": "scale_out", "config": "b", "runs": 2, "times": [240.0, 267.5]},
+            {"event": "scale_out", "config": "c", "runs": 2, "times": [10.0]},
+            {"event": "scale_in", "config": "a", "runs": 1, "times": []}]
+    curves = convergence_curves(rows)
+    by: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for row in curves:
+        by.setdefault((row["event"], row["config"]), []).append((row["t"], row["share"]))
+    assert by["scale_out", "a"] == [(0.0, 0.0), (240.0, 0.5), (300.0, 1.0)]
+    assert by["scale_out", "b"] == [(0.0, 0.0), (240.0, 0.5), (267.5, 1.0), (300.0, 1.0)]
+    assert by["scale_out", "c"] == [(0.0, 0.0), (10.0, 0.5), (300.0, 0.5)]
+    assert by["scale_in", "a"] == [(0.0, 0.0)]
+    series = {c: by["scale_out", c] for c in "abc"}
+    assert [label for label, _ in _same_curves(series, ["a", "b", "c"])] == ["a", "b", "c"]
 
 
 @pytest.mark.parametrize(("name", "label"), [("c_max_warmup_replicas", "max warm-up replicas"), ("g_lag", "standby lag at the start"),
