@@ -12,13 +12,14 @@ import atexit
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,34 @@ def _session_dir() -> Path:
         _SESSION_DIR.append(Path(tempfile.mkdtemp(prefix="remote-leader-spark-")))
         atexit.register(shutil.rmtree, _SESSION_DIR[0], ignore_errors=True)
     return _SESSION_DIR[0]
+
+
+@contextmanager
+def stops_cleanly(command: str, out: str | Path) -> Iterator[Callable[[], None]]:
+    """Ctrl-C or SIGTERM while Spark works: one line, this process's scratch folder removed, and
+    the exit status of that signal (130, 143), at once. Left to Python, Ctrl-C raised inside a
+    py4j call and py4j logged a 99-line traceback, and SIGTERM skipped ``atexit``, so the scratch
+    folder stayed in ``$TMPDIR`` (a new user's finds). The JVM exits by itself once its Python
+    parent is gone (its standard input closes)."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        print(f"{command}: stopped by {signal.Signals(signum).name}; what {out} holds is incomplete",
+              file=sys.stderr, flush=True)
+        for folder in _SESSION_DIR:
+            shutil.rmtree(folder, ignore_errors=True)
+        os._exit(128 + signum)
+
+    def arm() -> None:
+        for signum in previous:
+            signal.signal(signum, stop)
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    arm()
+    try:
+        yield arm  # again once the SparkContext is up: it installs a SIGINT handler of its own
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager

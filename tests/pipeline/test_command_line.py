@@ -59,3 +59,33 @@ def test_a_failing_analyze_says_one_line_and_leaves_nothing_behind(tmp_path):
                                                           "be read (EOFException: Unexpected end of input stream)"], said
     assert not out.exists()
     assert [p.name for p in scratch.iterdir() if p.name.startswith("remote-leader")] == []
+
+
+def test_a_simulate_stopped_by_ctrl_c_or_sigterm_says_one_line_and_leaves_no_scratch(tmp_path):
+    """A new user's find: Ctrl-C printed py4j's 99-line traceback, and SIGTERM skipped the
+    scratch folder's removal (``$TMPDIR/remote-leader-spark-*`` stayed). Either signal now ends
+    the command at once with one line, the signal's exit status, and nothing left in $TMPDIR."""
+    import signal
+    import time
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text((ROOT / "examples" / "grid.yaml").read_text())
+    for number, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")):
+        scratch, out = tmp_path / f"tmp-{name}", tmp_path / f"out-{name}"
+        scratch.mkdir()
+        command = subprocess.Popen([sys.executable, "-m", "remote_leader.cli", "simulate", "--grid", str(grid), "--out",
+                                    str(out), "--master", "local[1]"], env=_environment(scratch), cwd=ROOT,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 180
+        said = []
+        while time.monotonic() < deadline:  # Spark is up and working: its progress line is out
+            line = command.stderr.readline()
+            said.append(line)
+            if "Spark tasks" in line or not line:
+                break
+        command.send_signal(number)
+        _, rest = command.communicate(timeout=60)
+        assert command.returncode == 128 + number, (said, rest)
+        lines_after = [line for line in rest.splitlines() if "Spark tasks" not in line]
+        assert lines_after == [f"simulate: stopped by {name}; what {out} holds is incomplete"], rest
+        assert list(scratch.iterdir()) == []
