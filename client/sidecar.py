@@ -30,7 +30,7 @@ from assignor.lag import Lag
 from assignor.model import MAX_INT, AssignmentConfig, InvalidInput, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
 from client import codec
-from client.assignment import AssignmentChange
+from client.assignment import EMPTY_ASSIGNMENT, AssignmentChange, diff
 from client.lags import CheckpointLagSource, LagInfo, StaticLagSource
 from client.member import GroupMember, MemberConfig, RoutingError
 from client.state import StateCleaner, StateDirectory
@@ -248,8 +248,10 @@ class SidecarServicer(spb_grpc.SidecarServiceServicer):
             self.acks.join(watcher)
         try:
             current = self.member.assignment
-            if current.generation >= 0:
-                yield spb.WatchAssignmentResponse(assignment=assignment_to_proto(self.member, current))
+            if current.generation >= 0:  # what it holds, as a change from nothing: a worker that
+                # applies changes starts with every task (it got an empty change: a new user's find)
+                yield spb.WatchAssignmentResponse(assignment=assignment_to_proto(self.member, current),
+                                                  change=change_to_proto(diff(EMPTY_ASSIGNMENT, current)))
             while True:
                 change = await queue.get()
                 if change is None:

@@ -94,7 +94,13 @@ async def test_sidecar_api_from_a_separate_process(leader, tmp_path):
             # acknowledgement (an audit's find: the lock was free at once, the ack refused)
             watch.cancel()
             watch = sidecar.WatchAssignment(spb.WatchAssignmentRequest(acknowledge=True, watch_id="worker-1"))
-            assert (await asyncio.wait_for(watch.read(), 10)).assignment.generation_id == update.assignment.generation_id
+            held_now = await asyncio.wait_for(watch.read(), 10)
+            assert held_now.assignment.generation_id == update.assignment.generation_id
+            # what it holds comes as a change from nothing: a worker that applies changes starts
+            # with every task (a new user's find: the change was empty)
+            assert tasks(held_now.change.assigned_active) == tasks(held_now.assignment.active) != set()
+            assert tasks(held_now.change.assigned_standby) == tasks(held_now.assignment.standby)
+            assert not held_now.change.revoked_active and not held_now.change.released
             hold = sidecar.HoldCleanupLock(spb.HoldCleanupLockRequest(holder="test-cleaner"))
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(held := asyncio.ensure_future(hold.read())), 0.5)
