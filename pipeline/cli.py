@@ -39,7 +39,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     from pipeline.analytics import MAX_BUCKET_S, analyze
     from pipeline.output import discard_out
     from pipeline.rebalance_log import InvalidLog, expand_paths
-    from pipeline.spark import SparkStartError, spark_session, stops_cleanly
+    from pipeline.spark import command_session
     from pipeline.sweep import argument_problem
 
     if args.bucket_s is not None and not 1 <= args.bucket_s <= MAX_BUCKET_S:
@@ -57,14 +57,9 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"analyze: {problem}", file=sys.stderr)
         return 2
     print(f"analyze: {len(files)} log files", file=sys.stderr)
-    with stops_cleanly("analyze", args.out) as rearm:
-        try:
-            spark = spark_session(args.master, app_name="remote-leader analyze")
-        except SparkStartError as error:
-            print(f"analyze: {error}", file=sys.stderr)
-            discard_out(args.out, existed)
+    with command_session("analyze", args.master, "remote-leader analyze", args.out, existed) as spark:
+        if spark is None:
             return 2
-        rearm()
         try:
             data = analyze(spark, files, args.out, bucket_s=args.bucket_s, report=not args.no_report,
                            partitions=args.partitions)
@@ -72,8 +67,6 @@ def run_analyze(args: argparse.Namespace) -> int:
             print(f"analyze: {error}", file=sys.stderr)
             discard_out(args.out, existed)
             return 2
-        finally:
-            spark.stop()
     print(json.dumps({"out": str(args.out), **data["counts"]}))
     return 0
 

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -179,12 +179,17 @@ def _session_dir() -> Path:
 
 
 @contextmanager
-def stops_cleanly(command: str, out: str | Path) -> Iterator[Callable[[], None]]:
-    """Ctrl-C or SIGTERM while Spark works: one line, this process's scratch folder removed, and
-    the exit status of that signal (130, 143), at once. Left to Python, Ctrl-C raised inside a
-    py4j call and py4j logged a 99-line traceback, and SIGTERM skipped ``atexit``, so the scratch
-    folder stayed in ``$TMPDIR`` (a new user's finds). The JVM exits by itself once its Python
-    parent is gone (its standard input closes)."""
+def command_session(command: str, master: str | None, app_name: str, out: str | Path,
+                    existed: bool) -> Iterator[Any | None]:
+    """A command's Spark session, stopped when the block ends; None after one line saying why
+    Spark did not start (``--out`` left as found, ``pipeline.output.discard_out``).
+
+    Ctrl-C or SIGTERM meanwhile end the command at once: one line, this process's scratch folder
+    removed, and the exit status of that signal (130, 143). Left to Python, Ctrl-C raised inside
+    a py4j call and py4j logged a 99-line traceback, and SIGTERM skipped ``atexit``, so the
+    scratch folder stayed in ``$TMPDIR`` (a new user's finds). The JVM exits by itself once its
+    Python parent is gone (its standard input closes)."""
+    from pipeline.output import discard_out
 
     def stop(signum: int, _frame: Any) -> None:
         print(f"{command}: stopped by {signal.Signals(signum).name}; what {out} holds is incomplete",
@@ -200,7 +205,18 @@ def stops_cleanly(command: str, out: str | Path) -> Iterator[Callable[[], None]]
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     arm()
     try:
-        yield arm  # again once the SparkContext is up: it installs a SIGINT handler of its own
+        try:
+            spark = spark_session(master, app_name=app_name)
+        except SparkStartError as error:
+            print(f"{command}: {error}", file=sys.stderr)
+            discard_out(out, existed)
+            yield None
+            return
+        arm()  # again: the SparkContext installed a SIGINT handler of its own
+        try:
+            yield spark
+        finally:
+            spark.stop()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -269,7 +269,7 @@ def write_report(out: Path, html: str | None) -> None:
 def run_from_args(args: argparse.Namespace) -> int:
     from pipeline.output import discard_out
     from pipeline.simulation import InvalidSpec
-    from pipeline.spark import SparkStartError, spark_session, stops_cleanly
+    from pipeline.spark import command_session
 
     try:
         plan = load_grid(args.grid)
@@ -286,18 +286,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         discard_out(args.out, existed)
         return 2
     print(f"grid {plan.name!r}: {len(plan.runs)} runs, {len(plan.skipped)} combinations skipped", file=sys.stderr)
-    with stops_cleanly("simulate", args.out) as rearm:
-        try:
-            spark = spark_session(args.master, app_name=f"remote-leader simulate {plan.name}")
-        except SparkStartError as error:
-            print(f"simulate: {error}", file=sys.stderr)
-            discard_out(args.out, existed)
+    with command_session("simulate", args.master, f"remote-leader simulate {plan.name}", args.out, existed) as spark:
+        if spark is None:
             return 2
-        rearm()
-        try:
-            data = run_sweep(spark, plan, args.out, partitions=args.partitions, report=not args.no_report)
-        finally:
-            spark.stop()
+        data = run_sweep(spark, plan, args.out, partitions=args.partitions, report=not args.no_report)
     counts = data["counts"]
     print(json.dumps({"out": str(args.out), **counts}), file=sys.stdout)
     best = data["overall"][:1]
