@@ -259,12 +259,8 @@ class Authenticator:
     def principal_of(self, context: grpc.aio.ServicerContext) -> Principal:
         if not self.enabled:
             return ANONYMOUS
-        bearer = None
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                if bearer is not None:  # which one counts would be a proxy's guess and ours (an audit)
-                    raise AuthError(Unauthenticated.BAD_AUTHORIZATION, "more than one authorization metadata entry")
-                bearer = bearer_token(str(value), "the authorization metadata")
+        values = [str(value) for key, value in context.invocation_metadata() or () if key == "authorization"]
+        bearer = bearer_token(values, "the authorization metadata", "authorization metadata entry")
         pem = None
         auth = context.auth_context() or {}
         if auth.get("x509_pem_cert"):
@@ -273,10 +269,16 @@ class Authenticator:
 
 
 
-def bearer_token(value: str, what: str) -> str:
-    """The token of an ``Authorization`` value (gRPC metadata, an HTTP header) that must read
-    ``Bearer TOKEN``; ``AuthError`` (``bad_authorization``) naming ``what`` otherwise."""
-    scheme, _, token = value.partition(" ")
+def bearer_token(values: list[str], what: str, entry: str) -> str | None:
+    """The token of a call's one ``Authorization`` value (gRPC metadata, an HTTP header), which
+    must read ``Bearer TOKEN``; None without one. ``AuthError`` (``bad_authorization``) naming
+    ``what`` otherwise, and for more than one ``entry``: which one counts would be a proxy's
+    guess against ours (an outsider audit's find: the last one counted here)."""
+    if not values:
+        return None
+    if len(values) > 1:
+        raise AuthError(Unauthenticated.BAD_AUTHORIZATION, f"more than one {entry}")
+    scheme, _, token = values[0].partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthError(Unauthenticated.BAD_AUTHORIZATION, f"{what} must be 'Bearer TOKEN'")
     return token.strip()

@@ -233,8 +233,6 @@ class LivePage:
             raise web.HTTPForbidden(text="the live page answers only on loopback (--live-page on opens it)\n")
         if not self.gate.enabled:
             return ANONYMOUS
-        headers = request.headers.getall("Authorization", [])
-        header = headers[0] if headers else None
         pem = None
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
         if ssl_object is not None:
@@ -242,9 +240,8 @@ class LivePage:
             if der:
                 pem = ssl.DER_cert_to_PEM_cert(der).encode()
         try:
-            if len(headers) > 1:  # which one counts would be a proxy's guess and ours
-                raise AuthError(Unauthenticated.BAD_AUTHORIZATION, "more than one Authorization header")
-            bearer = None if header is None else bearer_token(header, "the Authorization header")
+            bearer = bearer_token(request.headers.getall("Authorization", []), "the Authorization header",
+                                  "Authorization header")
             return self.gate.authenticator.principal_for(bearer=bearer, certificate_pem=pem)
         except AuthError as error:
             self.gate.refuse("LivePage", None, error)
