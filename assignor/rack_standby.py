@@ -389,6 +389,7 @@ def spread_and_swap_standbys(
     state = _Standbys(group, actives, standbys, location, ranking, windows)
     if not state.tasks:
         return dict(standbys)
+    _spread_plain_standbys(state, group)
     pricing = returns = None
     # Without a traffic cost there is no traffic to trade and the standbys stay as placed
     # (Kafka's shouldRemainOriginalAssignmentWithoutTrafficCostForMinCostStrategy): a swap
@@ -414,6 +415,69 @@ def spread_and_swap_standbys(
         if not changed:
             break
     return state.result(standbys)
+
+
+def _spread_plain_standbys(state: _Standbys, group: Group) -> None:
+    """Spread first what the standby target placed by a tie. Within one subtopology, a client
+    with no state of a task, that never ran it nor held it, is *plain* for it: the target prices
+    the task alike on every such client, so two tasks of the subtopology standing by on plain
+    clients may trade them and keep the target's cost, its counts and what must restore. The
+    target deals them in task order, blind to locations: in a 10% scale-out of 500 clients x
+    20,000 tasks over 3 racks, 521 shared their active's rack, and the spread pass searched
+    every standby of a location for each (6,800 searches for 1,100 swaps), most of them caught
+    up where they are and so refused. Here each such standby, in task order, trades with
+    the first plain one of its subtopology at its best location whose own spread worsens less
+    than it gains (the spread pass's rule). The passes that follow spread whatever is left, and
+    price non-overlap against the result, which is as much the target.
+
+    Tasks with one standby only (most): with two, trading one first left the passes a worse
+    spread in 36 of 96 generated groups (2 standbys over 3 or 4 racks), against 4 of 96 with one
+    (and 6 better)."""
+    tasks, clients, loc, scores, holders = state.tasks, state.clients, state.loc, state.scores, state.holders
+    states, owners, held = group.states, group.prev_active_owner, group.prev_standby_holders
+    none: frozenset[str] = frozenset()
+
+    def plain(task: int, client: int) -> bool:
+        task_id, client_id = tasks[task], clients[client]
+        return (task_id not in states[client_id].lags and owners.get(task_id) != client_id
+                and client_id not in held.get(task_id, none))
+
+    by_key: dict[int, dict[tuple[int, ...], dict[tuple[int, int], None]]] = {}  # location -> slots
+    for task in np.flatnonzero(state.single).tolist():
+        client = holders[task][0]
+        if plain(task, client):
+            by_key.setdefault(tasks[task].subtopology, {}).setdefault(loc[client], {})[task, client] = None
+    for key in sorted(by_key):
+        at = by_key[key]
+        if len(at) < 2:
+            continue
+        for task, client in sorted(slot for slots in at.values() for slot in slots):
+            current = scores[task]
+            if not current or holders[task][0] != client:  # traded as an earlier one's partner
+                continue
+            here = loc[client]
+            for score, cls in _better_locations(state, task, client, current):
+                partner = _plain_partner(state, at.get(cls, ()), task, client, current - score, plain)
+                if partner is not None:
+                    other, other_client = partner
+                    state.swap(task, client, other, other_client)
+                    del at[here][task, client], at[cls][other, other_client]
+                    at[cls][task, other_client] = at[here][other, client] = None
+                    break
+
+
+def _plain_partner(state: _Standbys, slots: Iterable[tuple[int, int]], task: int, client: int, gain: int,
+                   plain: Callable[[int, int], bool]) -> tuple[int, int] | None:
+    """The first of ``slots`` (other, other_client) that may trade places with ``task`` on
+    ``client``, both staying on clients plain for them, for less than ``gain`` of its spread;
+    at most ``LOOKAHEAD`` looked at."""
+    arriving = state.loc[client]
+    for other, other_client in itertools.islice(slots, LOOKAHEAD):
+        if (other != task and state.may_take(task, other_client) and state.may_take(other, client)
+                and plain(task, other_client) and plain(other, client)
+                and state.spread_if(other, other_client, arriving) - state.scores[other] < gain):
+            return other, other_client
+    return None
 
 
 def _spread_pass(state: _Standbys) -> bool:
