@@ -213,7 +213,10 @@ class _Standbys:
     def held_index(self) -> tuple[list[dict[int, set[int]]], list[dict[int, set[int]]]]:
         """``held_ready`` and ``held_restoring``: what ``ready_on[c]`` gives, filed by holder,
         so a search reads a client's few holders instead of walking every task caught up there
-        (5 clients x 20,000 tasks: thousands per search)."""
+        (5 clients x 20,000 tasks: thousands per search). A task is not filed under its active's
+        client, caught up there as it is: its standby may never go there (``may_take``), and a
+        settled group's actives whose standbys restore elsewhere were most of what searches for
+        a caught-up standby read, each refused."""
         if self.held_ready is None:
             self.held_ready = [{} for _ in self.clients]
             self.held_restoring = [{} for _ in self.clients]
@@ -226,7 +229,10 @@ class _Standbys:
 
     def _file_held(self, task: int, holder: int, ready: frozenset[int], add: bool) -> None:
         indices = (self.held_ready,) if holder in ready else (self.held_ready, self.held_restoring)
+        active = self.active[task]
         for client in ready:
+            if client == active:
+                continue
             for index in indices:
                 by_holder = index[client]
                 if add:
