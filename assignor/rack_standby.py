@@ -5,7 +5,9 @@ between two clients, so each keeps its standby count; a *move* takes one standby
 client, only where both stay within their windows of stateful replicas (the standby target's
 own, ``windows``), so the result is as balanced as the target. A change is
 taken only if every task keeps distinct clients, none lands on its own active's client, and it
-strictly improves, in this order (KIP-925 C's list):
+strictly improves, in this order (KIP-925 C's list), after the target's ties are spread
+(``_spread_plain_standbys``: standbys the target could have dealt to any of their clients
+trade them first):
 
 1. *spread* (KIP-925 C items 2-3, KIP-708): per location key (each configured tag, or the
    rack), a standby sharing the active's value costs ``replicas`` points and each further
