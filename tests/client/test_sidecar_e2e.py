@@ -24,7 +24,7 @@ from tests.client.conftest import member_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY = """
-application_id: app
+application_id: g
 subtopologies:
   - id: 0
     source_topics: [orders]
@@ -185,6 +185,9 @@ def _run_sidecar_cli(tmp_path, *flags: str, topology: str = TOPOLOGY, server: st
     pytest.param([], TOPOLOGY, "", "--server", id="server-empty"),
     pytest.param([], TOPOLOGY, ",", "--server", id="server-comma"),
     pytest.param(["--log-level", "bogus"], TOPOLOGY, "127.0.0.1:1", "--log-level", id="log-level-bogus"),
+    # a new user's find: the topology file of another application (its changelogs named after it)
+    pytest.param([], TOPOLOGY.replace("application_id: g", "application_id: orders-app"), "127.0.0.1:1",
+                 "application_id 'orders-app' is not the group 'g' (--group)", id="application-id-not-the-group"),
     # an audit's find: named by the member's fields (heartbeat_interval_ms), not by the flags
     pytest.param(["--session-timeout-ms", "100"], TOPOLOGY, "127.0.0.1:1", "--heartbeat-interval-ms: 3000 must be "
                  "below --session-timeout-ms", id="heartbeat-not-below-session"),
