@@ -66,6 +66,28 @@ async def test_the_group_answers_while_the_assignor_runs_and_its_result_complete
     assert coordinator.groups["app"].result is not None
 
 
+async def test_a_result_that_comes_back_after_the_group_moved_on_is_dropped():
+    """A member leaves while the assignor computes its generation: the group moves on to the next
+    one at once, and the first run's result, back later, is stale and dropped, not applied."""
+    clock, gate = FakeClock(), _Gate()
+    coordinator = Coordinator(GroupSettings(initial_rebalance_delay_ms=0), clock, clock, assign=gate)
+    first = asyncio.create_task(coordinator.join(_join("m1")))
+    assert await asyncio.to_thread(gate.inside.wait, 10)  # generation 1 computing, held
+    second = asyncio.create_task(coordinator.join(_join("m2")))  # waits for that run
+    await asyncio.sleep(0.05)
+    left = await asyncio.wait_for(coordinator.leave(LeaveGroupRequest("app", "m1", None)), 5)
+    assert left.error is ErrorCode.NONE
+    response = await asyncio.wait_for(second, 10)  # generation 2, m2 alone, computed meanwhile
+    assert (response.error, response.generation_id) == (ErrorCode.NONE, 2)
+    gate.release.set()
+    await asyncio.wait_for(first, 10)
+    # the held run's result comes back as an event of its own, in the runtime's spawned work
+    await asyncio.wait_for(asyncio.gather(*coordinator._finishing, return_exceptions=True), 10)
+    group = coordinator.groups["app"]
+    assert group.generation == 2 and sorted(group.result.clients) == ["process-m2"]
+    assert not group.awaiting_assignment
+
+
 class _HeldAssignor:
     """An assignor whose every run waits until released, counting its runs."""
 
