@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from remote_leader.net import free_port  # noqa: E402
 from remote_leader.v1 import assignment_pb2 as apb  # noqa: E402
 from remote_leader.v1 import group_leader_pb2 as pb  # noqa: E402
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc  # noqa: E402
@@ -38,11 +38,6 @@ GROUP = "flood"
 TOPOLOGY = pb.Topology(subtopologies=[pb.Subtopology(id=0, source_topics=[pb.SourceTopic(name="in", partition_count=8)],
                                                      state_stores=[pb.StateStore(name="s", logged=True)])])
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _join() -> pb.JoinGroupRequest:
@@ -59,7 +54,7 @@ def _peak_rss_mb(pid: int) -> float:
 
 
 async def _flood(root: Path, joins: int) -> dict:
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as state:
         server = subprocess.Popen([sys.executable, "-P", "-m", "remote_leader.cli", "serve", "--listen", f"127.0.0.1:{port}",
                                    "--state-dir", state, "--metrics-port", "0", "--initial-rebalance-delay-ms", "1000",

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from remote_leader.net import free_port  # noqa: E402
 from remote_leader.v1 import assignment_pb2 as apb  # noqa: E402
 from remote_leader.v1 import group_leader_pb2 as pb  # noqa: E402
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc  # noqa: E402
@@ -49,11 +49,6 @@ OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.max_sen
 PROBE_EVERY_S = 0.005
 DESCRIBES = 5  # DescribeGroup calls in a row on the largest group (an operator's `describe --watch`)
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _topology(tasks: int, partitions_per_topic: int = 10_000) -> pb.Topology:
@@ -131,7 +126,7 @@ def _row(name: str, took: float, health: list[float], beats: list[float], idle_w
 
 
 async def main(args: argparse.Namespace) -> None:
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as state:
         server = subprocess.Popen([sys.executable, "-m", "remote_leader.cli", "serve", "--listen", f"127.0.0.1:{port}",
                                    "--state-dir", state, "--metrics-port", "0", "--initial-rebalance-delay-ms", "0",

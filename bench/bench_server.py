@@ -41,6 +41,7 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from remote_leader.net import free_port  # noqa: E402
 from remote_leader.v1 import assignment_pb2 as apb  # noqa: E402
 from remote_leader.v1 import group_leader_pb2 as pb  # noqa: E402
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc  # noqa: E402
@@ -126,11 +127,6 @@ class _FloorLeader(pb_grpc.GroupLeaderServicer):
 
 # ---- helpers -------------------------------------------------------------------------------------------
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_port(port: int, timeout: float = 30.0) -> None:
@@ -417,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_baseline_server(args.baseline_server))
         return 0
 
-    bare_port, leader_port = _free_port(), _free_port()
+    bare_port, leader_port = free_port(), free_port()
     state = tempfile.mkdtemp(prefix="bench-server-")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     bare = _start([sys.executable, __file__, "--baseline-server", str(bare_port), "--baseline-loop", args.baseline_loop], env)

@@ -33,7 +33,8 @@ import grpc
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_server import OPTIONS, PENDING, Member, _form, _free_port, _start, _topology, _wait_port  # noqa: E402
+from bench.bench_server import OPTIONS, PENDING, Member, _form, _start, _topology, _wait_port  # noqa: E402
+from remote_leader.net import free_port  # noqa: E402
 from remote_leader.v1 import assignment_pb2 as apb  # noqa: E402
 from remote_leader.v1 import group_leader_pb2 as pb  # noqa: E402
 from remote_leader.v1 import group_leader_pb2_grpc as pb_grpc  # noqa: E402
@@ -158,7 +159,7 @@ def main() -> int:
           "heartbeat p50 / p99 / max ms | failed | idle: heartbeats/s, max ms |")
     print("| --- | --- | --- | --- | --- | --- |")
     for mode in args.modes:
-        port = _free_port()
+        port = free_port()
         state = tempfile.mkdtemp(prefix="bench-large-")
         server = _start([sys.executable, "-m", "remote_leader.cli", "serve", "--listen", f"127.0.0.1:{port}",
                          "--state-dir", state, "--metrics-port", "0", "--initial-rebalance-delay-ms", "5000",

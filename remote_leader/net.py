@@ -1,4 +1,4 @@
-"""Network helpers shared by the server and the sidecar."""
+"""Network helpers shared by the server, the sidecar, the CLI, the tests and the benches."""
 
 from __future__ import annotations
 
@@ -44,3 +44,11 @@ def check_address(flag: str, text: str, *, several: bool = False, port_zero: boo
         if not sep or not (host or port_zero) or not port.isdigit() or not (0 if port_zero else 1) <= int(port) <= 65535:
             low = 0 if port_zero else 1
             raise ValueError(f"{flag}: expected {shape} with a port from {low} to 65535, got {part!r}")
+
+
+def free_port() -> int:
+    """A loopback port free right now, for tests and benches that start a server on it (a
+    child process, which cannot be handed port 0 and tell its choice back as easily)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

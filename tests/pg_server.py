@@ -11,11 +11,12 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from remote_leader.net import free_port
 
 
 class PostgresUnavailable(RuntimeError):
@@ -31,11 +32,6 @@ def _bin_dir() -> Path:
         return Path(found).parent
     raise PostgresUnavailable("no initdb: run scripts/install_postgres.sh (installs the 'postgresql' package)")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ThrowawayPostgres:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from remote_leader.healthcheck import check, main, probe_address
+from remote_leader.net import free_port
 from remote_leader.tls import ClientTls
 
 GROUP_LEADER = "remote_leader.v1.GroupLeader"
@@ -70,14 +70,9 @@ async def test_graceful_shutdown_turns_serving_into_not_serving():
     assert (before, after) == (0, 1), message
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def test_nobody_listening_is_unreachable():
-    code, message = check(f"127.0.0.1:{_free_port()}", "", 2.0)
+    code, message = check(f"127.0.0.1:{free_port()}", "", 2.0)
     assert code == 2
     assert "UNAVAILABLE" in message or "DEADLINE_EXCEEDED" in message
 

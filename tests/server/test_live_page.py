@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import html
 import re
-import socket
 import ssl
 import urllib.parse
 import uuid
@@ -21,6 +20,7 @@ from assignor.lag import Lag, LagKind
 from assignor.model import AssignmentConfig, HostInfo, StateStore, TaskId
 from assignor.topology import Subtopology, Topology
 from client.member import GroupMember, MemberConfig, open_channel
+from remote_leader.net import free_port
 from remote_leader.pki import DevCa
 from remote_leader.tls import ClientTls
 from server.app import LeaderServer, Settings
@@ -39,11 +39,6 @@ FAST = {"listen": "127.0.0.1:0", "initial_rebalance_delay_ms": 100, "min_session
         "min_probe_interval_ms": 200, "drain_timeout_s": 1.0, "log_level": "warning"}
 TOPOLOGY = Topology.of("orders", (Subtopology.of(0, ("orders",), 4, (StateStore("counts"),)),))
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def start(tmp_path, **settings) -> LeaderServer:

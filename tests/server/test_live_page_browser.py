@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 import uuid
 
@@ -15,6 +14,7 @@ from assignor.model import AssignmentConfig, HostInfo, StateStore
 from assignor.topology import Subtopology, Topology
 from client.demo import Changelogs, SimulatedWorker
 from client.member import GroupMember, MemberConfig, open_channel
+from remote_leader.net import free_port
 from server.app import LeaderServer, Settings
 from tests.browser import Browser
 from tests.server.test_live_page import AWKWARD_GROUPS, join_members
@@ -23,11 +23,6 @@ GROUP = "orders-app"
 TOPOLOGY = Topology.of("orders", (Subtopology.of(0, ("orders",), 6, (StateStore("counts"),)),))
 CONFIG = AssignmentConfig(num_standby_replicas=1, acceptable_recovery_lag=2_000, max_warmup_replicas=2)
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Workers:
@@ -77,7 +72,7 @@ def _cells(browser: Browser, member: str, role: str) -> int:
 
 
 async def test_the_live_page_follows_a_scale_out_until_the_warm_ups_finish(tmp_path):
-    server = LeaderServer(Settings(listen="127.0.0.1:0", state_dir=tmp_path, metrics_port=_free_port(),
+    server = LeaderServer(Settings(listen="127.0.0.1:0", state_dir=tmp_path, metrics_port=free_port(),
                                    initial_rebalance_delay_ms=300, min_session_timeout_ms=500, min_probe_interval_ms=1_000,
                                    drain_timeout_s=1.0, log_level="warning"))
     await server.start()
@@ -125,7 +120,7 @@ async def test_the_live_page_follows_a_scale_out_until_the_warm_ups_finish(tmp_p
 
 async def test_each_group_link_in_the_list_opens_that_group_s_page(tmp_path):
     """The browser resolves each link itself (dot segments, escapes), as a click would."""
-    server = LeaderServer(Settings(listen="127.0.0.1:0", state_dir=tmp_path, metrics_port=_free_port(),
+    server = LeaderServer(Settings(listen="127.0.0.1:0", state_dir=tmp_path, metrics_port=free_port(),
                                    initial_rebalance_delay_ms=100, min_session_timeout_ms=500,
                                    drain_timeout_s=1.0, log_level="warning"))
     await server.start()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 import urllib.error
 import urllib.request
 
@@ -15,6 +14,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from remote_leader.net import free_port
 from remote_leader.v1 import group_leader_pb2 as pb
 from server.auth import Denied, Unauthenticated
 from server.edge import refusals
@@ -59,11 +59,6 @@ TOKEN = "token-of-orders-0123456789"
 ACL = "acls:\n  - principal: orders\n    operations: [member, describe]\n    group: orders\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 async def _scrape(port: int) -> dict[str, dict[tuple[str, ...], float]]:
     """Sample name -> label values (in the metric's label order) -> value, as a scraper reads it."""
@@ -77,7 +72,7 @@ async def _scrape(port: int) -> dict[str, dict[tuple[str, ...], float]]:
 
 
 async def test_a_fresh_server_exports_every_refusal_it_can_count_at_zero_and_a_refusal_moves_its_own(tmp_path):
-    async with running_server(tmp_path, metrics_port=_free_port()) as s:
+    async with running_server(tmp_path, metrics_port=free_port()) as s:
         before = await _scrape(s.server.metrics_port)
         assert before[REFUSED] == dict.fromkeys(WITHOUT_AUTH, 0.0)  # no authentication reasons when it is off
         assert before[INTERNAL] == {(method,): 0.0 for method in METHODS}
@@ -94,7 +89,7 @@ async def test_with_authentication_on_its_failures_are_there_at_zero_too(tmp_pat
     tokens, acl = tmp_path / "tokens.yaml", tmp_path / "acl.yaml"
     tokens.write_text(f"tokens:\n  {TOKEN}: orders\n")
     acl.write_text(ACL)
-    async with running_server(tmp_path / "state", metrics_port=_free_port(), auth_token_file=tokens, acl_file=acl) as s:
+    async with running_server(tmp_path / "state", metrics_port=free_port(), auth_token_file=tokens, acl_file=acl) as s:
         before = await _scrape(s.server.metrics_port)
         assert before[REFUSED] == dict.fromkeys(WITH_AUTH, 0.0)
 
