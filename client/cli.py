@@ -112,7 +112,7 @@ def _local_tls(args: argparse.Namespace):
 def run_sidecar(args: argparse.Namespace) -> int:
     from assignor.model import HostInfo
     from client.member import MemberConfig
-    from client.sidecar import SidecarOptions, load_member_file, ready_line, serve_sidecar
+    from client.sidecar import SidecarOptions, check_group, load_member_file, ready_line, serve_sidecar
     from remote_leader.tls import client_tls_from
 
     if args.log_format not in ("json", "console"):
@@ -143,11 +143,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
         check_address("--server", args.server, several=True)
         check_address("--listen", args.listen, port_zero=True)
         topology, config = load_member_file(args.topology)
-        if topology.application_id != args.group:
-            # A Kafka Streams application's group id is its application.id, which also names its
-            # changelog topics (and so the lags the sidecar reads): two names are a wrong file or flag.
-            raise ValueError(f"--topology: application_id {topology.application_id!r} is not the group "
-                             f"{args.group!r} (--group); a Kafka Streams application's group id is its application.id")
+        check_group(topology, args.group)
         extra = {"process_id": args.process_id} if args.process_id else {}
         member = MemberConfig(
             group_id=args.group, topology=topology, group_instance_id=args.instance_id,

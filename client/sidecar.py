@@ -346,6 +346,15 @@ def load_member_file(path: str | Path) -> tuple[Topology, AssignmentConfig]:
     return parse_member_document(document)
 
 
+def check_group(topology: Topology, group_id: str) -> None:
+    """A member file belongs to its group: Kafka Streams' ``application.id`` is its group id and
+    names its changelog topics (and so the lags the sidecar reads); two names are a wrong file or
+    flag. ValueError naming ``--topology`` and ``--group`` otherwise."""
+    if topology.application_id != group_id:
+        raise ValueError(f"--topology: application_id {topology.application_id!r} is not the group "
+                         f"{group_id!r} (--group); a Kafka Streams application's group id is its application.id")
+
+
 _SUBTOPOLOGY_KEYS = frozenset({"id", "source_topics", "partitions", "stores"})
 _STORE_KEYS = frozenset({"name", "logged", "changelog_topic"})
 

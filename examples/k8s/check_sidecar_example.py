@@ -56,7 +56,7 @@ def _topology_text(path: str, container: dict, pod: dict, config_maps: dict[str,
 
 def check_container(container: dict, pod: dict, config_maps: dict[str, dict]) -> None:
     from assignor.model import HostInfo
-    from client.sidecar import parse_member_document
+    from client.sidecar import check_group, parse_member_document
     from remote_leader.cli import build_parser
 
     env = _env(container)
@@ -71,10 +71,7 @@ def check_container(container: dict, pod: dict, config_maps: dict[str, dict]) ->
     topology, _config = parse_member_document(
         yaml.safe_load(_topology_text(args.topology, container, pod, config_maps))
     )
-    if topology.application_id != args.group:
-        raise ValueError(
-            f"--group {args.group} is not the topology's application_id {topology.application_id}"
-        )
+    check_group(topology, args.group)
 
 
 def main(paths: list[str]) -> int:
